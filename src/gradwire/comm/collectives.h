@@ -1,0 +1,80 @@
+// Collectives: the only way strategies talk to other ranks for synchronous exchange.
+//
+// Strategies are written against this interface, never against Gloo or NCCL headers, so
+// they run unchanged over GlooCollectives (real processes, c10d ProcessGroupGloo) and
+// LocalCollectives (threads in one process, for tests).
+//
+// Contracts shared by every implementation:
+//  * All ranks call the same collectives in the same order (as in MPI/c10d).
+//  * Results are bitwise identical on every rank (sums are reduced in one order).
+//  * Every call is bounded by timeout(): when a peer does not arrive in time, or is gone,
+//    the call throws TimeoutError (or Error) naming the ranks that did not arrive, instead
+//    of hanging.
+//  * bytes_sent() counts every byte this rank handed to the network (padding included),
+//    so traffic figures are measured where the data leaves, not estimated.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradwire/core/bytes.h"
+
+namespace gradwire::comm {
+
+enum class DataType : uint8_t { kFloat32, kFloat16 };
+size_t data_type_size(DataType type);
+const char* data_type_name(DataType type);
+
+// An operation in flight. wait() blocks until it is complete on this rank, and rethrows
+// its error (with the missing ranks named) if it failed.
+class Work {
+ public:
+  virtual ~Work() = default;
+  virtual void wait() = 0;
+};
+
+class Collectives {
+ public:
+  virtual ~Collectives() = default;
+
+  virtual int rank() const = 0;
+  virtual int size() const = 0;
+  virtual std::chrono::milliseconds timeout() const = 0;
+
+  // Starts an in-place elementwise sum over `count` elements at `data`. `data` must stay
+  // valid and untouched until the returned Work's wait() returns.
+  virtual std::unique_ptr<Work> allreduce_sum_async(void* data, size_t count, DataType type) = 0;
+  void allreduce_sum(void* data, size_t count, DataType type) {
+    allreduce_sum_async(data, count, type)->wait();
+  }
+
+  // Every rank contributes `data` (sizes may differ between ranks); returns every rank's
+  // bytes, indexed by rank.
+  virtual std::vector<Bytes> allgather_bytes(std::span<const uint8_t> data) = 0;
+
+  // Copies `bytes` bytes at `data` from `root` to every rank.
+  virtual void broadcast(void* data, size_t bytes, int root) = 0;
+
+  virtual void barrier() = 0;
+
+  virtual uint64_t bytes_sent() const = 0;
+};
+
+// A Work that is already complete (or already failed, rethrowing on wait()).
+class CompletedWork : public Work {
+ public:
+  explicit CompletedWork(std::exception_ptr error = nullptr) : error_(std::move(error)) {}
+  void wait() override;
+
+ private:
+  std::exception_ptr error_;
+};
+
+// "ranks 2, 3" / "rank 2" — for messages.
+std::string describe_ranks(const std::vector<int>& ranks);
+
+}  // namespace gradwire::comm

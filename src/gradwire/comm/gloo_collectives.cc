@@ -1,0 +1,208 @@
+#include "gradwire/comm/gloo_collectives.h"
+
+#include <ATen/ATen.h>
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+
+#include <algorithm>
+#include <cstring>
+
+#include "gradwire/core/error.h"
+
+namespace gradwire::comm {
+namespace {
+
+at::ScalarType scalar_type(DataType type) {
+  return type == DataType::kFloat32 ? at::kFloat : at::kHalf;
+}
+
+at::Tensor byte_view(void* data, size_t bytes) {
+  return at::from_blob(data, {static_cast<int64_t>(bytes)}, at::kByte);
+}
+
+std::string progress_key(int rank) { return "progress/" + std::to_string(rank); }
+
+class GlooCollectives;
+
+class GlooWork : public Work {
+ public:
+  GlooWork(GlooCollectives* owner, c10::intrusive_ptr<c10d::Work> work, uint64_t sequence,
+           std::string op)
+      : owner_(owner), work_(std::move(work)), sequence_(sequence), op_(std::move(op)) {}
+  void wait() override;
+
+ private:
+  GlooCollectives* owner_;
+  c10::intrusive_ptr<c10d::Work> work_;
+  uint64_t sequence_;
+  std::string op_;
+};
+
+class GlooCollectives : public Collectives {
+ public:
+  GlooCollectives(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                  const GlooOptions& options)
+      : store_(std::move(store)), rank_(rank), size_(size), timeout_(options.timeout) {
+    auto gloo_options = c10d::ProcessGroupGloo::Options::create();
+    gloo_options->timeout = options.timeout;
+    gloo_options->devices.push_back(
+        options.bind_interface.empty()
+            ? c10d::ProcessGroupGloo::createDeviceForHostname(options.bind_hostname)
+            : c10d::ProcessGroupGloo::createDeviceForInterface(options.bind_interface));
+    gloo_options->threads = 1;
+    auto pg_store = c10::make_intrusive<c10d::PrefixStore>("gloo", store_);
+    try {
+      group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, rank, size, gloo_options);
+    } catch (const std::exception& e) {
+      throw Error("rank " + std::to_string(rank) + " could not connect the Gloo mesh: " + e.what());
+    }
+  }
+
+  ~GlooCollectives() override {
+    // Leave together so that no rank tears down connections a peer is still using.
+    try {
+      barrier();
+    } catch (...) {
+    }
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+  std::chrono::milliseconds timeout() const override { return timeout_; }
+  uint64_t bytes_sent() const override { return bytes_sent_; }
+
+  std::unique_ptr<Work> allreduce_sum_async(void* data, size_t count, DataType type) override {
+    const uint64_t seq = begin("allreduce");
+    bytes_sent_ += count * data_type_size(type);
+    std::vector<at::Tensor> tensors{
+        at::from_blob(data, {static_cast<int64_t>(count)}, scalar_type(type))};
+    return std::make_unique<GlooWork>(this, launch([&] { return group_->allreduce(tensors); }), seq,
+                                      "allreduce");
+  }
+
+  std::vector<Bytes> allgather_bytes(std::span<const uint8_t> data) override {
+    // Two rounds: sizes, then the contributions padded to the largest size.
+    int64_t my_size = static_cast<int64_t>(data.size());
+    std::vector<int64_t> sizes(size_);
+    {
+      const uint64_t seq = begin("allgather(sizes)");
+      std::vector<at::Tensor> input{at::from_blob(&my_size, {1}, at::kLong)};
+      std::vector<std::vector<at::Tensor>> output(1);
+      for (int r = 0; r < size_; ++r) output[0].push_back(at::from_blob(&sizes[r], {1}, at::kLong));
+      bytes_sent_ += sizeof(my_size);
+      GlooWork(this, launch([&] { return group_->allgather(output, input); }), seq,
+               "allgather(sizes)")
+          .wait();
+    }
+    const int64_t max_size = std::max<int64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
+    Bytes padded(max_size, 0);
+    if (!data.empty()) std::memcpy(padded.data(), data.data(), data.size());
+    std::vector<Bytes> all(size_, Bytes(max_size));
+    {
+      const uint64_t seq = begin("allgather");
+      std::vector<at::Tensor> input{byte_view(padded.data(), max_size)};
+      std::vector<std::vector<at::Tensor>> output(1);
+      for (int r = 0; r < size_; ++r) output[0].push_back(byte_view(all[r].data(), max_size));
+      bytes_sent_ += max_size;
+      GlooWork(this, launch([&] { return group_->allgather(output, input); }), seq, "allgather")
+          .wait();
+    }
+    for (int r = 0; r < size_; ++r) all[r].resize(sizes[r]);
+    return all;
+  }
+
+  void broadcast(void* data, size_t bytes, int root) override {
+    const uint64_t seq = begin("broadcast");
+    if (rank_ == root) bytes_sent_ += bytes;
+    std::vector<at::Tensor> tensors{byte_view(data, bytes)};
+    c10d::BroadcastOptions options;
+    options.rootRank = root;
+    GlooWork(this, launch([&] { return group_->broadcast(tensors, options); }), seq, "broadcast")
+        .wait();
+  }
+
+  void barrier() override {
+    const uint64_t seq = begin("barrier");
+    GlooWork(this, launch([&] { return group_->barrier(); }), seq, "barrier").wait();
+  }
+
+  // Builds the error for a failed operation: which ranks never reached it, and why.
+  [[noreturn]] void fail(uint64_t sequence, const std::string& op, const std::string& cause) {
+    std::vector<int> behind;
+    std::string progress_note;
+    try {
+      for (int r = 0; r < size_; ++r) {
+        if (r == rank_) continue;
+        uint64_t reached = 0;
+        if (store_->check({progress_key(r)})) {
+          auto value = store_->get(progress_key(r));
+          reached = std::stoull(std::string(value.begin(), value.end()));
+        }
+        if (reached < sequence) behind.push_back(r);
+      }
+    } catch (const std::exception& e) {
+      progress_note =
+          " (could not read other ranks' progress from the store: rank 0, which "
+          "serves it, may have exited)";
+    }
+    std::string message =
+        op + " #" + std::to_string(sequence) + " failed on rank " + std::to_string(rank_);
+    if (!behind.empty()) {
+      message += ": " + describe_ranks(behind) + " did not arrive within " +
+                 std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s";
+    }
+    message += progress_note + " [" + cause + "]";
+    if (!behind.empty()) throw TimeoutError(message);
+    throw Error(message);
+  }
+
+ private:
+  uint64_t begin(const char* op) {
+    const uint64_t seq = ++sequence_;
+    try {
+      const std::string value = std::to_string(seq);
+      store_->set(progress_key(rank_), std::vector<uint8_t>(value.begin(), value.end()));
+    } catch (const std::exception& e) {
+      throw Error(std::string(op) + " #" + std::to_string(seq) + " on rank " +
+                  std::to_string(rank_) +
+                  ": the rendezvous store is unreachable (rank 0 serves it and may have "
+                  "exited): " +
+                  e.what());
+    }
+    return seq;
+  }
+
+  template <typename Fn>
+  c10::intrusive_ptr<c10d::Work> launch(Fn&& fn) {
+    try {
+      return fn();
+    } catch (const std::exception& e) {
+      fail(sequence_, "collective", e.what());
+    }
+  }
+
+  c10::intrusive_ptr<c10d::Store> store_;
+  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  int rank_;
+  int size_;
+  std::chrono::milliseconds timeout_;
+  uint64_t sequence_ = 0;
+  uint64_t bytes_sent_ = 0;
+};
+
+void GlooWork::wait() {
+  try {
+    work_->wait();
+  } catch (const std::exception& e) {
+    owner_->fail(sequence_, op_, e.what());
+  }
+}
+
+}  // namespace
+
+std::unique_ptr<Collectives> make_gloo_collectives(c10::intrusive_ptr<c10d::Store> store, int rank,
+                                                   int size, const GlooOptions& options) {
+  return std::make_unique<GlooCollectives>(std::move(store), rank, size, options);
+}
+
+}  // namespace gradwire::comm

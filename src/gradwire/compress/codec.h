@@ -1,0 +1,105 @@
+// The codec contract: float spans in, self-describing bytes out. No torch, no sockets.
+//
+// Notation (docs/ALGORITHMS.md): g local gradient, r error-feedback residual, a = g + r,
+// C the encoder, D the decoder. A Codec instance serves exactly one tensor for the whole
+// run (codecs and their decorators may keep per-tensor state: residuals, random streams,
+// warm-started factors); create one per tensor with compress::create_codec().
+//
+// Two faces:
+//  * Message face (every codec): encode() appends a payload that starts with a
+//    PayloadHeader; decode_add() validates a payload completely before touching memory and
+//    adds D(payload) into an accumulator, so aggregation of P peers is P decode_add calls
+//    into one buffer.
+//  * Additive face (only when additive_wire() is set): the codec's wire values can be
+//    summed elementwise by an allreduce (fp32, fp16). to_wire()/from_wire() convert without
+//    headers, so a bucket of several tensors can be one allreduce.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "gradwire/core/bytes.h"
+
+namespace gradwire::compress {
+
+// Stable on the wire: never renumber.
+enum class CodecId : uint8_t {
+  kNone = 1,
+  kFp16 = 2,
+  kTopK = 3,
+  kTwoBit = 4,
+};
+
+// Element type of an additive codec's wire values.
+enum class WireType : uint8_t { kFloat32, kFloat16 };
+size_t wire_type_size(WireType type);
+
+// What kind of parameter a tensor is; layer-aware codecs and policies decide by it.
+enum class LayerKind : uint8_t { kConvWeight, kFcWeight, kBias, kNorm, kOther };
+const char* layer_kind_name(LayerKind kind);
+
+struct TensorInfo {
+  std::string name;            // e.g. "conv1.weight"
+  std::vector<int64_t> shape;  // e.g. {32, 1, 5, 5}
+  LayerKind kind = LayerKind::kOther;
+  size_t numel() const;
+};
+
+// First bytes of every payload (8 bytes, little-endian):
+//   u8 magic 'G' | u8 codec id | u8 format version | u8 reserved (0) | u32 element count
+// Codec parameters needed to decode (k, threshold, scale...) follow in the body.
+struct PayloadHeader {
+  static constexpr uint8_t kMagic = 0x47;
+  static constexpr size_t kSize = 8;
+  CodecId codec = CodecId::kNone;
+  uint8_t version = 1;
+  uint32_t count = 0;
+
+  void write(ByteWriter& writer) const;
+  // Reads and checks magic, codec id, version and count against what the caller expects;
+  // throws PayloadError (or MismatchError for a different codec) with a precise message.
+  static PayloadHeader read_expected(ByteReader& reader, CodecId expected_codec,
+                                     uint8_t expected_version, size_t expected_count);
+};
+
+const char* codec_id_name(CodecId id);
+
+class Codec {
+ public:
+  virtual ~Codec() = default;
+
+  virtual CodecId id() const = 0;
+  // The canonical spec with every parameter spelled out (defaults included), e.g.
+  // "topk:density=0.01,ef=1". Two ranks whose specs differ cannot talk to each other.
+  virtual std::string spec() const = 0;
+
+  // Set when wire values can be summed elementwise by allreduce; nullopt otherwise.
+  virtual std::optional<WireType> additive_wire() const { return std::nullopt; }
+
+  // Appends a self-describing payload for `input` to `out`. Never reads `out`'s old bytes.
+  virtual void encode(std::span<const float> input, Bytes& out) = 0;
+
+  // Encodes `a` like encode(), then replaces `a` with its compression error a - D(C(a)).
+  // This is what error feedback needs; codecs override it when the error is cheaper to
+  // compute directly (top-k zeroes the sent positions). Default: encode, then decode.
+  virtual void encode_residual(std::span<float> a, Bytes& out);
+
+  // Validates `payload` and adds D(payload) into `accum`. The payload must hold exactly
+  // accum.size() elements of this codec with compatible parameters: anything else throws
+  // PayloadError or MismatchError and leaves `accum` untouched.
+  virtual void decode_add(std::span<const uint8_t> payload, std::span<float> accum) const = 0;
+
+  // Additive face; only called when additive_wire() is set. `wire` holds input.size()
+  // elements of the wire type. to_wire stores scale * input; from_wire stores wire values
+  // as floats (so a summed-then-converted bucket is scale * sum).
+  virtual void to_wire(std::span<const float> input, float scale, void* wire);
+  virtual void from_wire(const void* wire, std::span<float> out) const;
+  // Like to_wire, and replaces `a` with a - from_wire(wire) / scale.
+  virtual void to_wire_residual(std::span<float> a, float scale, void* wire);
+};
+
+}  // namespace gradwire::compress

@@ -1,0 +1,66 @@
+#include "gradwire/compress/error_feedback.h"
+
+#include "gradwire/compress/codecs.h"
+#include "gradwire/core/error.h"
+#include "gradwire/core/spec.h"
+
+namespace gradwire::compress {
+namespace {
+
+[[gnu::noinline]] void add_kernel(const float* __restrict g, float* __restrict r, size_t n) {
+  vector_loop(n, [=](size_t i) { r[i] += g[i]; });
+}
+
+}  // namespace
+
+ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {
+  if (!inner_) throw Error("ErrorFeedback needs a codec to wrap (got null)");
+  Spec spec = Spec::parse(inner_->spec());
+  spec.params["ef"] = std::string("1");  // not = "1": GCC 12 -O3 -Wrestrict false positive
+  spec_ = spec.to_string();
+}
+
+void ErrorFeedback::accumulate(std::span<const float> gradient) {
+  if (!started_) {
+    residual_.assign(gradient.size(), 0.0f);
+    started_ = true;
+  } else if (gradient.size() != residual_.size()) {
+    throw Error("error feedback for codec '" + spec_ + "' holds a residual of " +
+                std::to_string(residual_.size()) + " elements but was given " +
+                std::to_string(gradient.size()) +
+                "; a codec serves exactly one tensor (create one per tensor)");
+  }
+  // a = g + r, kept in r.
+  add_kernel(gradient.data(), residual_.data(), gradient.size());
+}
+
+void ErrorFeedback::encode(std::span<const float> gradient, Bytes& out) {
+  accumulate(gradient);
+  // r <- a - D(C(a))
+  inner_->encode_residual(residual_, out);
+}
+
+void ErrorFeedback::decode_add(std::span<const uint8_t> payload, std::span<float> accum) const {
+  inner_->decode_add(payload, accum);
+}
+
+void ErrorFeedback::to_wire(std::span<const float> gradient, float scale, void* wire) {
+  if (!inner_->additive_wire()) throw_not_additive(id(), "to_wire");
+  check_residual_scale(scale, id());
+  accumulate(gradient);
+  // wire = scale * a; r <- a - from_wire(wire) / scale
+  inner_->to_wire_residual(residual_, scale, wire);
+}
+
+void ErrorFeedback::from_wire(const void* wire, std::span<float> out) const {
+  inner_->from_wire(wire, out);
+}
+
+void ErrorFeedback::to_wire_residual(std::span<float> a, float scale, void* wire) {
+  to_wire(a, scale, wire);
+  std::vector<float> sent(a.size());
+  inner_->from_wire(wire, sent);
+  for (size_t i = 0; i < a.size(); ++i) a[i] -= sent[i] / scale;
+}
+
+}  // namespace gradwire::compress

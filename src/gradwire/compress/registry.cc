@@ -1,0 +1,76 @@
+#include "gradwire/compress/registry.h"
+
+#include <functional>
+#include <map>
+
+#include "gradwire/compress/codecs.h"
+#include "gradwire/compress/error_feedback.h"
+#include "gradwire/core/error.h"
+#include "gradwire/core/spec.h"
+
+namespace gradwire::compress {
+namespace {
+
+using CodecFactory = std::function<std::unique_ptr<Codec>(SpecReader&, const TensorInfo&)>;
+
+struct CodecEntry {
+  CodecFactory factory;
+  bool default_ef;  // error feedback unless the spec says ef=0
+};
+
+using CodecTable = std::map<std::string, CodecEntry>;
+
+void add(CodecTable& table, const std::string& name, CodecFactory factory, bool default_ef) {
+  if (!table.emplace(name, CodecEntry{std::move(factory), default_ef}).second) {
+    throw Error("codec '" + name + "' is registered twice");
+  }
+}
+
+// Built once, on first use, in this translation unit only (no static registration from
+// other files, so there is no initialisation-order question).
+const CodecTable& codec_table() {
+  static const CodecTable table = [] {
+    CodecTable t;
+    add(t, "none", make_none_codec, false);
+    add(t, "fp16", make_fp16_codec, false);
+    add(t, "topk", make_topk_codec, true);
+    add(t, "2bit", make_two_bit_codec, true);
+    return t;
+  }();
+  return table;
+}
+
+}  // namespace
+
+std::unique_ptr<Codec> create_codec(const std::string& spec_text, const TensorInfo& tensor) {
+  const Spec spec = Spec::parse(spec_text);
+  const CodecTable& table = codec_table();
+  const auto it = table.find(spec.name);
+  if (it == table.end()) {
+    throw ConfigError("unknown codec '" + spec.name + "'; available: " + join(codec_names()));
+  }
+  const size_t numel = tensor.numel();
+  if (numel > UINT32_MAX) {
+    throw ConfigError("tensor '" + tensor.name + "' has " + std::to_string(numel) +
+                      " elements; codecs handle at most 2^32-1 per tensor");
+  }
+  SpecReader reader(spec, "codec");
+  std::unique_ptr<Codec> codec = it->second.factory(reader, tensor);
+  const bool ef = reader.get_bool("ef", it->second.default_ef);
+  reader.finish();
+  if (ef) codec = std::make_unique<ErrorFeedback>(std::move(codec));
+  return codec;
+}
+
+std::string canonical_spec(const std::string& spec) {
+  // Codecs allocate nothing at construction, so a one-element placeholder tensor is free.
+  return create_codec(spec, TensorInfo{"<canonical spec>", {1}, LayerKind::kOther})->spec();
+}
+
+std::vector<std::string> codec_names() {
+  std::vector<std::string> names;
+  for (const auto& [name, entry] : codec_table()) names.push_back(name);
+  return names;  // std::map keeps them sorted
+}
+
+}  // namespace gradwire::compress

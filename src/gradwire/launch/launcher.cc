@@ -1,0 +1,804 @@
+#include "gradwire/launch/launcher.h"
+
+#include <fcntl.h>
+#include <netdb.h>
+#include <netinet/in.h>
+#include <poll.h>
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/syscall.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <array>
+#include <atomic>
+#include <cerrno>
+#include <cstdio>
+#include <cstring>
+#include <mutex>
+#include <string_view>
+#include <utility>
+
+#include "gradwire/core/error.h"
+#include "gradwire/launch/line_prefixer.h"
+
+extern char** environ;
+
+namespace gradwire::launch {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+constexpr std::size_t kReadChunkBytes = 64 * 1024;
+// The shell's convention for "command not found / not executable".
+constexpr int kExecFailureStatus = 127;
+// Poll wakes at least this often, so children are reaped even if SIGCHLD is blocked in
+// every thread of the host program.
+constexpr std::chrono::milliseconds kMaxPollWait{250};
+// Once every rank and its process group are gone, how long output pipes still held by
+// processes that left their rank's group (setsid) are read before being abandoned.
+constexpr std::chrono::milliseconds kPipeLinger{1000};
+
+#ifndef CLOSE_RANGE_CLOEXEC
+constexpr unsigned kCloseRangeCloexec = 1U << 2;
+#else
+constexpr unsigned kCloseRangeCloexec = CLOSE_RANGE_CLOEXEC;
+#endif
+
+class UniqueFd {
+ public:
+  UniqueFd() = default;
+  explicit UniqueFd(int fd) : fd_(fd) {}
+  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
+  UniqueFd& operator=(UniqueFd&& other) noexcept {
+    if (this != &other) reset(std::exchange(other.fd_, -1));
+    return *this;
+  }
+  UniqueFd(const UniqueFd&) = delete;
+  UniqueFd& operator=(const UniqueFd&) = delete;
+  ~UniqueFd() { reset(); }
+
+  int get() const { return fd_; }
+  bool valid() const { return fd_ >= 0; }
+  int release() { return std::exchange(fd_, -1); }
+  void reset(int fd = -1) {
+    if (fd_ >= 0) ::close(fd_);
+    fd_ = fd;
+  }
+
+ private:
+  int fd_ = -1;
+};
+
+struct Pipe {
+  UniqueFd read;
+  UniqueFd write;
+};
+
+// Both ends are close-on-exec and numbered above 2, so that dup2() onto 0..2 in a child never
+// clobbers another pipe even when the launcher runs with a standard stream closed.
+Pipe make_pipe(const std::string& what) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) {
+    throw SystemError(errno_message("could not create a pipe for " + what, errno));
+  }
+  Pipe pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
+  for (UniqueFd* end : {&pipe.read, &pipe.write}) {
+    if (end->get() > STDERR_FILENO) continue;
+    int moved = ::fcntl(end->get(), F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
+    if (moved < 0) throw SystemError(errno_message("could not move a pipe for " + what, errno));
+    end->reset(moved);
+  }
+  return pipe;
+}
+
+void set_nonblocking(int fd) {
+  int flags = ::fcntl(fd, F_GETFL);
+  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
+    throw SystemError(errno_message("could not make a launcher pipe non-blocking", errno));
+  }
+}
+
+std::string signal_name(int signal_number) {
+  const char* description = ::strsignal(signal_number);
+  return description != nullptr ? description : "unknown signal";
+}
+
+// ---- Signals ---------------------------------------------------------------------------
+//
+// SIGINT, SIGTERM and SIGCHLD are turned into bytes on a self-pipe that the poll loop
+// watches, so all real work happens outside the handler. The pipe lives as long as the
+// process: closing it could race with a handler still running in another thread.
+
+constexpr std::array<int, 3> kRelayedSignals = {SIGINT, SIGTERM, SIGCHLD};
+
+struct WakePipe {
+  int read_fd = -1;
+  int write_fd = -1;
+};
+
+std::atomic<int> g_wake_write_fd{-1};
+
+void relay_signal(int signal_number) {
+  int saved_errno = errno;
+  int fd = g_wake_write_fd.load(std::memory_order_relaxed);
+  if (fd >= 0) {
+    auto byte = static_cast<unsigned char>(signal_number);
+    [[maybe_unused]] ssize_t written = ::write(fd, &byte, 1);  // full pipe: a wake is pending
+  }
+  errno = saved_errno;
+}
+
+const WakePipe& wake_pipe() {
+  static const WakePipe pipe = [] {
+    Pipe created = make_pipe("launcher signals");
+    set_nonblocking(created.read.get());
+    set_nonblocking(created.write.get());
+    // Kept open for the life of the process (see above).
+    return WakePipe{created.read.release(), created.write.release()};
+  }();
+  return pipe;
+}
+
+class SignalRelay {
+ public:
+  SignalRelay() : fd_(wake_pipe().read_fd) {
+    take();  // bytes left by an earlier run
+    g_wake_write_fd.store(wake_pipe().write_fd);
+    struct sigaction action {};
+    action.sa_handler = relay_signal;
+    sigemptyset(&action.sa_mask);
+    action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
+    for (std::size_t i = 0; i < kRelayedSignals.size(); ++i) {
+      if (::sigaction(kRelayedSignals[i], &action, &previous_[i]) != 0) {
+        int error = errno;
+        restore(i);
+        throw SystemError(errno_message("could not install the launcher's signal handlers", error));
+      }
+    }
+  }
+  ~SignalRelay() { restore(kRelayedSignals.size()); }
+  SignalRelay(const SignalRelay&) = delete;
+  SignalRelay& operator=(const SignalRelay&) = delete;
+
+  int fd() const { return fd_; }
+
+  // Signals received since the last call, SIGCHLD included, in arrival order.
+  std::vector<int> take() const {
+    std::vector<int> signals;
+    unsigned char buffer[64];
+    while (true) {
+      ssize_t n = ::read(fd_, buffer, sizeof buffer);
+      if (n > 0) {
+        signals.insert(signals.end(), buffer, buffer + n);
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else {
+        return signals;
+      }
+    }
+  }
+
+  // Whether the launcher ignored `signal_number` before the relay took it over.
+  bool was_ignored(int signal_number) const {
+    for (std::size_t i = 0; i < kRelayedSignals.size(); ++i) {
+      if (kRelayedSignals[i] == signal_number) return previous_[i].sa_handler == SIG_IGN;
+    }
+    return false;
+  }
+
+ private:
+  void restore(std::size_t count) {
+    for (std::size_t i = 0; i < count; ++i) ::sigaction(kRelayedSignals[i], &previous_[i], nullptr);
+    g_wake_write_fd.store(-1);
+  }
+
+  int fd_;
+  std::array<struct sigaction, kRelayedSignals.size()> previous_{};
+};
+
+// ---- Environment -------------------------------------------------------------------------
+
+using Environment = std::map<std::string, std::string>;
+
+Environment inherited_environment() {
+  Environment env;
+  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
+    std::string_view text(*entry);
+    std::size_t equals = text.find('=');
+    if (equals == std::string_view::npos || equals == 0) continue;
+    env.emplace(std::string(text.substr(0, equals)), std::string(text.substr(equals + 1)));
+  }
+  return env;
+}
+
+// Everything a child needs between fork() and exec(), prepared beforehand so that the child
+// only makes async-signal-safe calls.
+struct ChildPlan {
+  std::vector<std::string> env_storage;
+  std::vector<char*> envp;
+  char* const* argv = nullptr;
+  pid_t launcher_pid = 0;
+  int stdin_fd = -1;  // -1: inherit the launcher's stdin
+  int stdout_fd = -1;
+  int stderr_fd = -1;
+  int exec_report_fd = -1;
+  // A launcher started with SIGINT/SIGTERM ignored (nohup, `cmd &` without job control)
+  // passes that on, as a shell would; everything else starts with default actions.
+  bool ignore_sigint = false;
+  bool ignore_sigterm = false;
+};
+
+void put_fd(int fd, int target) {
+  if (fd == target) {
+    ::fcntl(fd, F_SETFD, 0);  // keep it across exec
+  } else {
+    ::dup2(fd, target);
+  }
+}
+
+[[noreturn]] void exec_child(const ChildPlan& plan) {
+  // Own process group: signals sent to it reach the rank's whole subtree, and the terminal's
+  // Ctrl-C reaches only the launcher, which forwards it.
+  ::setpgid(0, 0);
+  // Die with the launcher. If the launcher died before this line, nobody would send the
+  // signal, hence the check of the parent afterwards.
+  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != plan.launcher_pid) ::_exit(1);
+
+  if (plan.stdin_fd >= 0) put_fd(plan.stdin_fd, STDIN_FILENO);
+  put_fd(plan.stdout_fd, STDOUT_FILENO);
+  put_fd(plan.stderr_fd, STDERR_FILENO);
+  // Descriptors the host program left inheritable do not leak into the ranks (as with
+  // Python's subprocess); failure (old kernel) is harmless.
+#ifdef SYS_close_range
+  ::syscall(SYS_close_range, 3U, ~0U, kCloseRangeCloexec);
+#endif
+
+  // Signals were blocked around fork() so that no launcher handler runs here; give the
+  // program the dispositions a fresh process expects (SIGPIPE and SIGCHLD default even when
+  // the host program ignores them, as Python's subprocess does for SIGPIPE), then unblock.
+  struct sigaction action {};
+  sigemptyset(&action.sa_mask);
+  action.sa_handler = plan.ignore_sigint ? SIG_IGN : SIG_DFL;
+  ::sigaction(SIGINT, &action, nullptr);
+  action.sa_handler = plan.ignore_sigterm ? SIG_IGN : SIG_DFL;
+  ::sigaction(SIGTERM, &action, nullptr);
+  action.sa_handler = SIG_DFL;
+  ::sigaction(SIGCHLD, &action, nullptr);
+  ::sigaction(SIGPIPE, &action, nullptr);
+  sigset_t none;
+  sigemptyset(&none);
+  ::sigprocmask(SIG_SETMASK, &none, nullptr);
+
+  ::execvpe(plan.argv[0], plan.argv, plan.envp.data());
+  int error = errno;
+  [[maybe_unused]] ssize_t written = ::write(plan.exec_report_fd, &error, sizeof error);
+  ::_exit(kExecFailureStatus);
+}
+
+// ---- Output ------------------------------------------------------------------------------
+
+// One of the launcher's own output streams. Progress chunks leave the terminal cursor
+// mid-line; the next whole line first erases them (they are redrawn on their next update).
+class OutputSink {
+ public:
+  OutputSink(int fd, bool* progress_visible)
+      : fd_(fd), terminal_(::isatty(fd) == 1), progress_visible_(progress_visible) {}
+
+  bool terminal() const { return terminal_; }
+
+  void write_record(const OutputRecord& record) {
+    if (!terminal_) {
+      write_all(record.bytes);
+    } else if (record.is_progress) {
+      write_all(record.bytes);
+      *progress_visible_ = true;
+    } else if (*progress_visible_) {
+      std::string erased;
+      erased.reserve(kEraseLine.size() + record.bytes.size());
+      erased.append(kEraseLine).append(record.bytes);
+      write_all(erased);
+      *progress_visible_ = false;
+    } else {
+      write_all(record.bytes);
+    }
+  }
+
+  // Bytes as they came (prefix_output = false).
+  void write_raw(std::string_view bytes) { write_all(bytes); }
+
+  // Ends a progress line left on the terminal, so whatever comes next starts on a new line.
+  void finish() {
+    if (terminal_ && *progress_visible_) {
+      write_all("\n");
+      *progress_visible_ = false;
+    }
+  }
+
+ private:
+  // Output that cannot be written (closed pipe, full disk) is dropped: the ranks' results
+  // matter more than their logs, and the launcher must keep supervising them.
+  void write_all(std::string_view bytes) {
+    while (!bytes.empty() && !broken_) {
+      ssize_t n = ::write(fd_, bytes.data(), bytes.size());
+      if (n > 0) {
+        bytes.remove_prefix(static_cast<std::size_t>(n));
+      } else if (n < 0 && errno == EINTR) {
+        continue;
+      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
+        pollfd waiting{fd_, POLLOUT, 0};
+        ::poll(&waiting, 1, static_cast<int>(kMaxPollWait.count()));
+      } else {
+        broken_ = true;
+      }
+    }
+  }
+
+  int fd_;
+  bool terminal_;
+  bool* progress_visible_;
+  bool broken_ = false;
+};
+
+// ---- Supervision -------------------------------------------------------------------------
+
+struct RankStream {
+  UniqueFd fd;
+  OutputSink* sink = nullptr;
+  LinePrefixer lines;
+};
+
+struct RankProcess {
+  int rank = 0;
+  pid_t pid = -1;  // also the id of the rank's process group
+  bool running = false;
+  // Set while processes left behind in the rank's group after it exited are being stopped.
+  std::optional<Clock::time_point> leftover_kill_at;
+  std::vector<RankStream> streams;  // stdout, stderr
+};
+
+class Supervisor {
+ public:
+  Supervisor(const LaunchOptions& options, int master_port)
+      : options_(options),
+        master_port_(master_port),
+        stdout_sink_(STDOUT_FILENO, &progress_visible_),
+        stderr_sink_(STDERR_FILENO, &progress_visible_) {}
+
+  // Whatever happens (an exception included), no rank outlives the supervisor.
+  ~Supervisor() {
+    for (RankProcess& process : ranks_) {
+      if (!process.running && !process.leftover_kill_at) continue;
+      ::killpg(process.pid, SIGKILL);
+      if (process.running) wait_blocking(process.pid);
+    }
+  }
+
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  LaunchResult run() {
+    std::fflush(stdout);
+    std::fflush(stderr);
+    start_ranks();
+    supervise();
+    stdout_sink_.finish();
+    stderr_sink_.finish();
+    return result();
+  }
+
+ private:
+  void start_ranks() {
+    const Environment inherited = inherited_environment();
+    std::vector<char*> argv;
+    for (const std::string& word : options_.command)
+      argv.push_back(const_cast<char*>(word.c_str()));
+    argv.push_back(nullptr);
+
+    // Ranks run in background process groups: reading a terminal would stop them (SIGTTIN).
+    UniqueFd null_stdin;
+    if (::isatty(STDIN_FILENO) == 1) {
+      null_stdin.reset(::open("/dev/null", O_RDONLY | O_CLOEXEC));
+      if (!null_stdin.valid()) throw SystemError(errno_message("could not open /dev/null", errno));
+    }
+
+    ranks_.reserve(static_cast<std::size_t>(options_.num_processes));
+    for (int rank = 0; rank < options_.num_processes; ++rank) {
+      if (stopping_) break;  // a rank failed to start, or the launcher was interrupted
+      start_rank(rank, inherited, argv.data(), null_stdin.get());
+      handle_signals();
+    }
+  }
+
+  void start_rank(int rank, const Environment& inherited, char* const* argv, int stdin_fd) {
+    Environment env = inherited;
+    env["RANK"] = std::to_string(rank);
+    env["WORLD_SIZE"] = std::to_string(options_.num_processes);
+    env["LOCAL_RANK"] = std::to_string(rank);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(options_.num_processes);
+    env["GROUP_RANK"] = "0";
+    env["MASTER_ADDR"] = options_.master_addr;
+    env["MASTER_PORT"] = std::to_string(master_port_);
+    if (options_.threads_per_process && inherited.count("OMP_NUM_THREADS") == 0) {
+      env["OMP_NUM_THREADS"] = std::to_string(*options_.threads_per_process);
+    }
+    for (const auto& [key, value] : options_.extra_env) env[key] = value;
+
+    ChildPlan plan;
+    for (const auto& [key, value] : env) plan.env_storage.push_back(key + "=" + value);
+    for (std::string& entry : plan.env_storage) plan.envp.push_back(entry.data());
+    plan.envp.push_back(nullptr);
+    plan.argv = argv;
+    plan.launcher_pid = ::getpid();
+    plan.stdin_fd = stdin_fd;
+    plan.ignore_sigint = relay_.was_ignored(SIGINT);
+    plan.ignore_sigterm = relay_.was_ignored(SIGTERM);
+
+    const std::string what = "rank " + std::to_string(rank);
+    Pipe out = make_pipe(what + " stdout");
+    Pipe err = make_pipe(what + " stderr");
+    Pipe exec_report = make_pipe(what + " start-up");
+    plan.stdout_fd = out.write.get();
+    plan.stderr_fd = err.write.get();
+    plan.exec_report_fd = exec_report.write.get();
+
+    // Book-keeping first, so nothing between fork() and `running = true` can throw.
+    RankProcess& process = ranks_.emplace_back();
+    process.rank = rank;
+    const std::string prefix = "[" + std::to_string(rank) + "] ";
+    process.streams.push_back(
+        {std::move(out.read), &stdout_sink_, LinePrefixer(prefix, stdout_sink_.terminal())});
+    process.streams.push_back(
+        {std::move(err.read), &stderr_sink_, LinePrefixer(prefix, stderr_sink_.terminal())});
+    for (RankStream& stream : process.streams) set_nonblocking(stream.fd.get());
+
+    // Blocked across fork() so that no handler of the launcher runs in the child.
+    sigset_t all, previous;
+    sigfillset(&all);
+    ::pthread_sigmask(SIG_BLOCK, &all, &previous);
+    pid_t pid = ::fork();
+    if (pid == 0) exec_child(plan);
+    int fork_error = errno;
+    ::pthread_sigmask(SIG_SETMASK, &previous, nullptr);
+    if (pid < 0) {
+      ranks_.pop_back();
+      throw SystemError(errno_message(
+          "could not start " + what + " of " + std::to_string(options_.num_processes) + " (fork)",
+          fork_error));
+    }
+    // The child does the same; doing it here too means killpg() works from this line on,
+    // whichever of the two runs first.
+    ::setpgid(pid, pid);
+    process.pid = pid;
+    process.running = true;
+    out.write.reset();
+    err.write.reset();
+    exec_report.write.reset();
+
+    // The report pipe closes at a successful exec; otherwise it carries exec's errno.
+    int exec_error = 0;
+    ssize_t n;
+    do {
+      n = ::read(exec_report.read.get(), &exec_error, sizeof exec_error);
+    } while (n < 0 && errno == EINTR);
+    if (n == static_cast<ssize_t>(sizeof exec_error)) {
+      int status = wait_blocking(pid);
+      process.running = false;
+      record_failure(
+          process, status,
+          "could not execute '" + options_.command.front() + "': " + std::strerror(exec_error));
+    }
+  }
+
+  void supervise() {
+    std::optional<Clock::time_point> linger_until;
+    while (true) {
+      handle_signals();
+      reap();
+      Clock::time_point now = Clock::now();
+      if (stopping_ && !killed_ && now >= kill_at_) kill_everything();
+      finish_leftovers(now);
+
+      bool any_running =
+          std::any_of(ranks_.begin(), ranks_.end(), [](const RankProcess& p) { return p.running; });
+      bool any_leftovers = std::any_of(ranks_.begin(), ranks_.end(), [](const RankProcess& p) {
+        return p.leftover_kill_at.has_value();
+      });
+      bool any_open = any_stream_open();
+      if (!any_running && !any_leftovers) {
+        if (!any_open) return;
+        if (!linger_until) linger_until = now + kPipeLinger;
+        if (now >= *linger_until) {
+          close_all_streams();
+          return;
+        }
+      }
+
+      std::vector<pollfd> fds;
+      std::vector<RankStream*> fd_streams;
+      fds.push_back({relay_.fd(), POLLIN, 0});
+      for (RankProcess& process : ranks_) {
+        for (RankStream& stream : process.streams) {
+          if (!stream.fd.valid()) continue;
+          fds.push_back({stream.fd.get(), POLLIN, 0});
+          fd_streams.push_back(&stream);
+        }
+      }
+      Clock::time_point wake = now + kMaxPollWait;
+      if (stopping_ && !killed_) wake = std::min(wake, kill_at_);
+      for (const RankProcess& process : ranks_) {
+        if (process.leftover_kill_at) wake = std::min(wake, *process.leftover_kill_at);
+      }
+      if (linger_until) wake = std::min(wake, *linger_until);
+      auto wait = std::chrono::ceil<std::chrono::milliseconds>(wake - now);
+      int ready = ::poll(fds.data(), fds.size(), static_cast<int>(std::max<long>(0, wait.count())));
+      if (ready < 0) {
+        if (errno == EINTR) continue;
+        throw SystemError(errno_message("the launcher could not wait for its ranks (poll)", errno));
+      }
+      for (std::size_t i = 1; i < fds.size(); ++i) {
+        if (fds[i].revents != 0) read_stream(*fd_streams[i - 1]);
+      }
+    }
+  }
+
+  void handle_signals() {
+    for (int signal_number : relay_.take()) {
+      if (signal_number != SIGINT && signal_number != SIGTERM) continue;  // SIGCHLD: reap()
+      if (!first_failure_ && !interrupt_signal_) interrupt_signal_ = signal_number;
+      // Forward the signal itself (a rank may handle SIGINT differently from SIGTERM);
+      // SIGKILL follows after the grace period.
+      begin_stop(signal_number);
+    }
+  }
+
+  void reap() {
+    for (RankProcess& process : ranks_) {
+      if (!process.running) continue;
+      int status = 0;
+      pid_t done;
+      do {
+        done = ::waitpid(process.pid, &status, WNOHANG);
+      } while (done < 0 && errno == EINTR);
+      if (done == 0) continue;
+      process.running = false;
+      if (done < 0) {
+        // ECHILD: another part of the host program reaped it; its status is lost.
+        if (!stopping_) {
+          record_failure_message(process, 1,
+                                 "rank " + std::to_string(process.rank) +
+                                     " was reaped by another part of the program");
+        }
+        continue;
+      }
+      bool success = WIFEXITED(status) && WEXITSTATUS(status) == 0;
+      if (!success && !stopping_) record_failure(process, status, "");
+      if (!killed_) stop_leftovers(process);
+    }
+  }
+
+  // A rank's main process has exited: anything it left in its process group would outlive
+  // the launcher, so it gets SIGTERM now and SIGKILL after the grace period.
+  void stop_leftovers(RankProcess& process) {
+    if (!group_exists(process.pid)) return;
+    ::killpg(process.pid, SIGTERM);
+    process.leftover_kill_at = Clock::now() + options_.grace_period;
+  }
+
+  void finish_leftovers(Clock::time_point now) {
+    for (RankProcess& process : ranks_) {
+      if (!process.leftover_kill_at) continue;
+      if (!group_exists(process.pid)) {
+        process.leftover_kill_at.reset();
+      } else if (now >= *process.leftover_kill_at) {
+        ::killpg(process.pid, SIGKILL);
+        process.leftover_kill_at.reset();
+      }
+    }
+  }
+
+  static bool group_exists(pid_t group) { return ::killpg(group, 0) == 0 || errno == EPERM; }
+
+  void record_failure(const RankProcess& process, int status, const std::string& detail) {
+    std::string message = "rank " + std::to_string(process.rank);
+    int exit_code;
+    if (WIFEXITED(status)) {
+      exit_code = WEXITSTATUS(status);
+      message += " exited with status " + std::to_string(exit_code);
+    } else {
+      int signal_number = WTERMSIG(status);
+      exit_code = 128 + signal_number;
+      message += " was killed by signal " + std::to_string(signal_number) + " (" +
+                 signal_name(signal_number) + (WCOREDUMP(status) ? "; core dumped" : "") + ")";
+    }
+    if (!detail.empty()) message += " (" + detail + ")";
+    record_failure_message(process, exit_code, message);
+  }
+
+  void record_failure_message(const RankProcess& process, int exit_code, std::string message) {
+    if (!first_failure_) first_failure_ = Failure{process.rank, exit_code, std::move(message)};
+    begin_stop(SIGTERM);
+  }
+
+  // Sends `signal_number` to every rank still running; the first call starts the grace
+  // period, after which everything left is killed.
+  void begin_stop(int signal_number) {
+    if (!stopping_) {
+      stopping_ = true;
+      kill_at_ = Clock::now() + options_.grace_period;
+    }
+    if (killed_) return;
+    for (const RankProcess& process : ranks_) {
+      if (process.running || process.leftover_kill_at) ::killpg(process.pid, signal_number);
+    }
+    if (options_.grace_period.count() <= 0) kill_everything();
+  }
+
+  void kill_everything() {
+    killed_ = true;
+    for (RankProcess& process : ranks_) {
+      if (process.running || process.leftover_kill_at) ::killpg(process.pid, SIGKILL);
+      process.leftover_kill_at.reset();
+    }
+  }
+
+  bool any_stream_open() const {
+    for (const RankProcess& process : ranks_) {
+      for (const RankStream& stream : process.streams) {
+        if (stream.fd.valid()) return true;
+      }
+    }
+    return false;
+  }
+
+  void read_stream(RankStream& stream) {
+    char buffer[kReadChunkBytes];
+    ssize_t n = ::read(stream.fd.get(), buffer, sizeof buffer);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN || errno == EWOULDBLOCK)) return;
+    if (n <= 0) {
+      close_stream(stream);
+      return;
+    }
+    std::string_view bytes(buffer, static_cast<std::size_t>(n));
+    if (!options_.prefix_output) {
+      stream.sink->write_raw(bytes);
+      return;
+    }
+    records_.clear();
+    stream.lines.feed(bytes, records_);
+    for (const OutputRecord& record : records_) stream.sink->write_record(record);
+  }
+
+  void close_stream(RankStream& stream) {
+    if (options_.prefix_output) {
+      records_.clear();
+      stream.lines.finish(records_);
+      for (const OutputRecord& record : records_) stream.sink->write_record(record);
+    }
+    stream.fd.reset();
+  }
+
+  // Reads what is already buffered in every open pipe, then closes them.
+  void close_all_streams() {
+    for (RankProcess& process : ranks_) {
+      for (RankStream& stream : process.streams) {
+        for (int chunk = 0; chunk < 64 && stream.fd.valid(); ++chunk) {
+          pollfd ready{stream.fd.get(), POLLIN, 0};
+          if (::poll(&ready, 1, 0) <= 0 || (ready.revents & POLLIN) == 0) break;
+          read_stream(stream);
+        }
+        if (stream.fd.valid()) close_stream(stream);
+      }
+    }
+  }
+
+  static int wait_blocking(pid_t pid) {
+    int status = 0;
+    while (::waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    return status;
+  }
+
+  LaunchResult result() const {
+    LaunchResult result;
+    if (first_failure_) {
+      result.exit_code = first_failure_->exit_code != 0 ? first_failure_->exit_code : 1;
+      result.failed_rank = first_failure_->rank;
+      result.message = first_failure_->message;
+    } else if (interrupt_signal_) {
+      result.exit_code = 128 + *interrupt_signal_;
+      result.message = "interrupted by signal " + std::to_string(*interrupt_signal_) + " (" +
+                       signal_name(*interrupt_signal_) + ")";
+    }
+    return result;
+  }
+
+  struct Failure {
+    int rank;
+    int exit_code;
+    std::string message;
+  };
+
+  const LaunchOptions& options_;
+  const int master_port_;
+  SignalRelay relay_;
+  bool progress_visible_ = false;  // shared: stdout and stderr usually are one terminal
+  OutputSink stdout_sink_;
+  OutputSink stderr_sink_;
+  std::vector<RankProcess> ranks_;
+  std::vector<OutputRecord> records_;  // scratch, reused for every read
+  bool stopping_ = false;
+  bool killed_ = false;
+  Clock::time_point kill_at_;
+  std::optional<Failure> first_failure_;
+  std::optional<int> interrupt_signal_;
+};
+
+void validate(const LaunchOptions& options) {
+  if (options.num_processes < 1) {
+    throw ConfigError("the number of processes must be at least 1, got " +
+                      std::to_string(options.num_processes));
+  }
+  if (options.command.empty() || options.command.front().empty()) {
+    throw ConfigError("no command to run: give the program and its arguments");
+  }
+  if (options.master_port < 0 || options.master_port > 65535) {
+    throw ConfigError("the master port must be in 0..65535 (0 picks a free one), got " +
+                      std::to_string(options.master_port));
+  }
+  if (options.master_addr.empty()) throw ConfigError("the master address is empty");
+  if (options.grace_period.count() < 0) throw ConfigError("the grace period must not be negative");
+  if (options.threads_per_process && *options.threads_per_process < 1) {
+    throw ConfigError("threads per process must be at least 1, got " +
+                      std::to_string(*options.threads_per_process));
+  }
+  for (const auto& [key, value] : options.extra_env) {
+    if (key.empty() || key.find('=') != std::string::npos) {
+      throw ConfigError("invalid environment variable name '" + key + "'");
+    }
+  }
+}
+
+}  // namespace
+
+LaunchResult run_processes(const LaunchOptions& options) {
+  validate(options);
+  // The signal relay is process-wide, so runs in one process take turns.
+  static std::mutex run_mutex;
+  std::lock_guard<std::mutex> lock(run_mutex);
+  int port = options.master_port != 0 ? options.master_port : pick_free_port(options.master_addr);
+  Supervisor supervisor(options, port);
+  return supervisor.run();
+}
+
+int pick_free_port(const std::string& addr) {
+  addrinfo hints{};
+  hints.ai_family = AF_INET;
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  int rc = ::getaddrinfo(addr.c_str(), nullptr, &hints, &found);
+  if (rc != 0 || found == nullptr) {
+    throw ConfigError("the master address '" + addr + "' is not an IPv4 address of this machine (" +
+                      ::gai_strerror(rc) + ")");
+  }
+  sockaddr_in address{};
+  std::memcpy(&address, found->ai_addr, sizeof address);
+  ::freeaddrinfo(found);
+  address.sin_port = 0;
+
+  UniqueFd sock(::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0));
+  if (!sock.valid()) throw SystemError(errno_message("could not create a socket", errno));
+  if (::bind(sock.get(), reinterpret_cast<const sockaddr*>(&address), sizeof address) != 0) {
+    throw SystemError(errno_message("could not pick a free port on " + addr, errno) +
+                      "; use an address of this machine or give the master port explicitly");
+  }
+  socklen_t length = sizeof address;
+  if (::getsockname(sock.get(), reinterpret_cast<sockaddr*>(&address), &length) != 0) {
+    throw SystemError(errno_message("could not read the port chosen on " + addr, errno));
+  }
+  return ntohs(address.sin_port);
+}
+
+}  // namespace gradwire::launch

@@ -1,0 +1,159 @@
+#include "gradwire/strategy/allreduce/allreduce_strategy.h"
+
+#include <algorithm>
+#include <cstring>
+#include <optional>
+
+#include "gradwire/compress/registry.h"
+#include "gradwire/core/error.h"
+#include "gradwire/strategy/agreement.h"
+
+namespace gradwire::strategy {
+
+struct AllreduceStrategy::Bucket {
+  std::vector<size_t> tensors;  // indices into tensors_
+  std::vector<size_t> offsets;  // element offset of each tensor in the wire buffer
+  size_t elements = 0;
+  std::optional<compress::WireType> wire;  // set: additive path
+  std::vector<uint8_t> wire_buffer;
+  Bytes message;
+};
+
+AllreduceStrategy::AllreduceStrategy(comm::Collectives& collectives, AllreduceOptions options)
+    : collectives_(collectives), options_(std::move(options)) {
+  if (options_.bucket_bytes == 0) throw ConfigError("bucket size must be positive");
+}
+
+AllreduceStrategy::~AllreduceStrategy() = default;
+
+void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
+                              const FloatSpans& params, const FloatSpans& buffers) {
+  if (started_) throw Error("AllreduceStrategy::start called twice");
+  if (tensors.size() != params.size()) {
+    throw Error("start: " + std::to_string(tensors.size()) + " tensor descriptions for " +
+                std::to_string(params.size()) + " parameters");
+  }
+  const std::string spec = compress::canonical_spec(options_.codec);
+  check_same_configuration(collectives_, configuration_lines(name(), spec, tensors));
+  broadcast_from_rank0(collectives_, params);
+  broadcast_from_rank0(collectives_, buffers);
+
+  tensors_.assign(tensors.begin(), tensors.end());
+  for (const auto& t : tensors_) codecs_.push_back(compress::create_codec(options_.codec, t));
+
+  // Reverse registration order approximates the order backward finishes gradients.
+  for (size_t k = tensors_.size(); k-- > 0;) {
+    const size_t n = tensors_[k].numel();
+    const auto wire = codecs_[k]->additive_wire();
+    const bool fits = !buckets_.empty() && buckets_.back().wire == wire &&
+                      (buckets_.back().elements + n) * sizeof(float) <= options_.bucket_bytes;
+    if (!fits) {
+      buckets_.emplace_back();
+      buckets_.back().wire = wire;
+    }
+    Bucket& bucket = buckets_.back();
+    bucket.tensors.push_back(k);
+    bucket.offsets.push_back(bucket.elements);
+    bucket.elements += n;
+  }
+  for (Bucket& bucket : buckets_) {
+    if (bucket.wire)
+      bucket.wire_buffer.resize(bucket.elements * compress::wire_type_size(*bucket.wire));
+  }
+  started_ = true;
+}
+
+std::vector<std::vector<size_t>> AllreduceStrategy::bucket_layout() const {
+  std::vector<std::vector<size_t>> layout;
+  for (const Bucket& bucket : buckets_) layout.push_back(bucket.tensors);
+  return layout;
+}
+
+void AllreduceStrategy::synchronize(const FloatSpans& grads) {
+  if (!started_) throw Error("AllreduceStrategy::synchronize called before start");
+  if (grads.size() != tensors_.size()) {
+    throw Error("synchronize: expected " + std::to_string(tensors_.size()) + " gradients, got " +
+                std::to_string(grads.size()));
+  }
+  const uint64_t sent_before = collectives_.bytes_sent();
+  for (Bucket& bucket : buckets_) {
+    if (bucket.wire) {
+      synchronize_additive(bucket, grads);
+    } else {
+      synchronize_messages(bucket, grads);
+    }
+    traffic_.bytes_dense += bucket.elements * sizeof(float);
+  }
+  traffic_.bytes_sent += collectives_.bytes_sent() - sent_before;
+  ++traffic_.steps;
+}
+
+void AllreduceStrategy::synchronize_additive(Bucket& bucket, const FloatSpans& grads) {
+  const size_t element_size = compress::wire_type_size(*bucket.wire);
+  const float scale = 1.0f / static_cast<float>(collectives_.size());
+  for (size_t j = 0; j < bucket.tensors.size(); ++j) {
+    const size_t k = bucket.tensors[j];
+    codecs_[k]->to_wire(grads[k], scale,
+                        bucket.wire_buffer.data() + bucket.offsets[j] * element_size);
+  }
+  collectives_.allreduce_sum(bucket.wire_buffer.data(), bucket.elements,
+                             *bucket.wire == compress::WireType::kFloat16
+                                 ? comm::DataType::kFloat16
+                                 : comm::DataType::kFloat32);
+  for (size_t j = 0; j < bucket.tensors.size(); ++j) {
+    const size_t k = bucket.tensors[j];
+    codecs_[k]->from_wire(bucket.wire_buffer.data() + bucket.offsets[j] * element_size, grads[k]);
+  }
+}
+
+// Message layout per bucket and rank: for each tensor of the bucket, u32 length + payload.
+void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& grads) {
+  bucket.message.clear();
+  ByteWriter writer(bucket.message);
+  Bytes payload;
+  for (size_t k : bucket.tensors) {
+    payload.clear();
+    codecs_[k]->encode(grads[k], payload);
+    writer.put<uint32_t>(static_cast<uint32_t>(payload.size()));
+    writer.put_array<uint8_t>(payload);
+  }
+  const std::vector<Bytes> all = collectives_.allgather_bytes(bucket.message);
+
+  // Split every rank's message before touching any gradient, so a malformed one changes
+  // nothing.
+  const int world = collectives_.size();
+  std::vector<std::vector<std::span<const uint8_t>>> payloads(world);
+  for (int r = 0; r < world; ++r) {
+    ByteReader reader(all[r]);
+    try {
+      for (size_t k : bucket.tensors) {
+        const uint32_t length = reader.get<uint32_t>("payload length");
+        payloads[r].push_back(reader.get_bytes(length, "payload"));
+        (void)k;
+      }
+      reader.expect_end("bucket message");
+    } catch (const PayloadError& e) {
+      throw PayloadError("gradient message from rank " + std::to_string(r) + ": " + e.what());
+    }
+  }
+  const float scale = 1.0f / static_cast<float>(world);
+  for (size_t j = 0; j < bucket.tensors.size(); ++j) {
+    const size_t k = bucket.tensors[j];
+    std::span<float> grad = grads[k];
+    std::fill(grad.begin(), grad.end(), 0.0f);
+    for (int r = 0; r < world; ++r) {
+      try {
+        codecs_[k]->decode_add(payloads[r][j], grad);
+      } catch (const MismatchError& e) {
+        throw MismatchError("payload from rank " + std::to_string(r) + " for '" + tensors_[k].name +
+                            "': " + e.what());
+      } catch (const PayloadError& e) {
+        throw PayloadError("payload from rank " + std::to_string(r) + " for '" + tensors_[k].name +
+                           "': " + e.what());
+      }
+    }
+    for (float& v : grad) v *= scale;
+  }
+}
+
+}  // namespace gradwire::strategy

@@ -1,0 +1,25 @@
+// Strategy registry: a strategy name and its options -> a Strategy over some Collectives.
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "gradwire/comm/collectives.h"
+#include "gradwire/strategy/strategy.h"
+
+namespace gradwire::strategy {
+
+struct StrategyOptions {
+  std::string name = "allreduce";
+  std::string codec = "none";
+  size_t bucket_bytes = 25u << 20;
+};
+
+// Throws ConfigError for an unknown name, listing the available strategies.
+std::unique_ptr<Strategy> create_strategy(comm::Collectives& collectives,
+                                          const StrategyOptions& options);
+
+std::vector<std::string> strategy_names();
+
+}  // namespace gradwire::strategy

@@ -1,0 +1,130 @@
+#include "gradwire/distributed_optimizer.h"
+
+#include <torch/torch.h>
+
+#include "gradwire/comm/collectives.h"
+#include "gradwire/compress/layer_classification.h"
+#include "gradwire/core/error.h"
+#include "gradwire/strategy/registry.h"
+
+namespace gradwire {
+namespace {
+
+std::span<float> float_span(const torch::Tensor& t) {
+  return {t.data_ptr<float>(), static_cast<size_t>(t.numel())};
+}
+
+void require_dense_cpu_float(const std::string& what, const std::string& name,
+                             const torch::Tensor& t) {
+  if (!t.device().is_cpu() || t.scalar_type() != torch::kFloat || !t.is_contiguous() ||
+      t.is_sparse()) {
+    throw ConfigError(what + " '" + name + "' is " + std::string(t.toString()) +
+                      (t.is_contiguous() ? "" : " (non-contiguous)") +
+                      "; this build of gradwire exchanges contiguous float32 CPU tensors");
+  }
+}
+
+}  // namespace
+
+struct DistributedOptimizer::Impl {
+  std::shared_ptr<Context> context;
+  std::shared_ptr<torch::optim::Optimizer> optimizer;
+  std::vector<torch::Tensor> params;
+  std::unique_ptr<strategy::Strategy> strategy;
+};
+
+DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
+                                           std::shared_ptr<torch::optim::Optimizer> optimizer,
+                                           const torch::nn::Module& model,
+                                           const DistributedOptions& options)
+    : impl_(std::make_unique<Impl>()) {
+  if (!context) throw ConfigError("DistributedOptimizer needs the context from gradwire::init()");
+  if (!optimizer) throw ConfigError("DistributedOptimizer needs an optimizer");
+  impl_->context = std::move(context);
+  impl_->optimizer = std::move(optimizer);
+
+  std::vector<compress::TensorInfo> tensors;
+  strategy::FloatSpans param_spans, buffer_spans;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    const torch::Tensor& p = item.value();
+    if (!p.requires_grad()) continue;
+    require_dense_cpu_float("parameter", item.key(), p);
+    compress::TensorInfo info;
+    info.name = item.key();
+    info.shape = p.sizes().vec();
+    info.kind = compress::classify_parameter(info.name, info.shape);
+    tensors.push_back(std::move(info));
+    impl_->params.push_back(p);
+    param_spans.push_back(float_span(p));
+  }
+  auto& collectives = impl_->context->collectives();
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) {
+    torch::Tensor b = item.value();
+    if (!b.device().is_cpu() || !b.is_contiguous()) {
+      throw ConfigError("buffer '" + item.key() + "' must be a contiguous CPU tensor");
+    }
+    if (b.scalar_type() == torch::kFloat) {
+      buffer_spans.push_back(float_span(b));
+    } else {
+      // Non-float buffers (e.g. BatchNorm's num_batches_tracked) travel as raw bytes.
+      collectives.broadcast(b.data_ptr(), b.numel() * b.element_size(), 0);
+    }
+  }
+
+  strategy::StrategyOptions strategy_options;
+  strategy_options.name = options.strategy;
+  strategy_options.codec = options.compressor;
+  strategy_options.bucket_bytes = options.bucket_bytes;
+  impl_->strategy = strategy::create_strategy(collectives, strategy_options);
+  {
+    torch::NoGradGuard no_grad;
+    impl_->strategy->start(tensors, param_spans, buffer_spans);
+  }
+
+  // Tell the strategy when each gradient is produced, so it can start exchanging during
+  // backward (as Horovod does). The tensor hook runs just before accumulation into .grad.
+  for (size_t i = 0; i < impl_->params.size(); ++i) {
+    strategy::Strategy* s = impl_->strategy.get();
+    impl_->params[i].register_hook([s, i](const torch::Tensor&) { s->gradient_ready(i); });
+  }
+}
+
+DistributedOptimizer::~DistributedOptimizer() = default;
+
+void DistributedOptimizer::zero_grad() { impl_->optimizer->zero_grad(); }
+
+void DistributedOptimizer::synchronize() {
+  torch::NoGradGuard no_grad;
+  strategy::FloatSpans grads;
+  grads.reserve(impl_->params.size());
+  for (auto& p : impl_->params) {
+    if (!p.grad().defined()) {
+      p.mutable_grad() = torch::zeros_like(p);
+    } else if (!p.grad().is_contiguous()) {
+      p.mutable_grad() = p.grad().contiguous();
+    }
+    grads.push_back(float_span(p.grad()));
+  }
+  impl_->strategy->synchronize(grads);
+}
+
+torch::Tensor DistributedOptimizer::step() {
+  synchronize();
+  torch::Tensor result;
+  if (!impl_->strategy->applies_update()) result = impl_->optimizer->step();
+  strategy::FloatSpans params;
+  for (auto& p : impl_->params) params.push_back(float_span(p));
+  impl_->strategy->after_update(params);
+  return result;
+}
+
+torch::optim::Optimizer& DistributedOptimizer::optimizer() { return *impl_->optimizer; }
+
+TrafficCounters DistributedOptimizer::traffic() const {
+  const auto t = impl_->strategy->traffic();
+  return {t.steps, t.bytes_sent, t.bytes_dense};
+}
+
+const Context& DistributedOptimizer::context() const { return *impl_->context; }
+
+}  // namespace gradwire

@@ -1,0 +1,56 @@
+#include "gradwire/train/models.h"
+
+#include "gradwire/core/error.h"
+#include "gradwire/core/spec.h"
+
+namespace gradwire::train {
+namespace {
+
+class Cnn : public Classifier {
+ public:
+  Cnn()
+      : conv1_(register_module("conv1", torch::nn::Conv2d(1, 32, 5))),
+        conv2_(register_module("conv2", torch::nn::Conv2d(32, 64, 5))),
+        fc1_(register_module("fc1", torch::nn::Linear(1024, 128))),
+        fc2_(register_module("fc2", torch::nn::Linear(128, 10))) {}
+
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::max_pool2d(torch::relu(conv1_(x)), 2);
+    x = torch::max_pool2d(torch::relu(conv2_(x)), 2);
+    x = torch::relu(fc1_(x.flatten(1)));
+    return fc2_(x);
+  }
+
+ private:
+  torch::nn::Conv2d conv1_, conv2_;
+  torch::nn::Linear fc1_, fc2_;
+};
+
+class Mlp : public Classifier {
+ public:
+  Mlp()
+      : fc1_(register_module("fc1", torch::nn::Linear(784, 256))),
+        fc2_(register_module("fc2", torch::nn::Linear(256, 128))),
+        fc3_(register_module("fc3", torch::nn::Linear(128, 10))) {}
+
+  torch::Tensor forward(torch::Tensor x) override {
+    x = torch::relu(fc1_(x.flatten(1)));
+    x = torch::relu(fc2_(x));
+    return fc3_(x);
+  }
+
+ private:
+  torch::nn::Linear fc1_, fc2_, fc3_;
+};
+
+}  // namespace
+
+std::vector<std::string> model_names() { return {"cnn", "mlp"}; }
+
+std::shared_ptr<Classifier> make_model(const std::string& name) {
+  if (name == "cnn") return std::make_shared<Cnn>();
+  if (name == "mlp") return std::make_shared<Mlp>();
+  throw ConfigError("unknown model '" + name + "'; available: " + join(model_names()));
+}
+
+}  // namespace gradwire::train

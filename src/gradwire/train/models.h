@@ -1,0 +1,25 @@
+// The built-in job's models.
+//   cnn: conv(1->32, 5x5) relu maxpool2, conv(32->64, 5x5) relu maxpool2,
+//        fc(1024->128) relu, fc(128->10)                       (~0.18 M parameters)
+//   mlp: fc(784->256) relu, fc(256->128) relu, fc(128->10)      (~0.24 M parameters)
+#pragma once
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include <torch/torch.h>
+
+namespace gradwire::train {
+
+class Classifier : public torch::nn::Module {
+ public:
+  // x: [N, 1, 28, 28] -> logits [N, 10]
+  virtual torch::Tensor forward(torch::Tensor x) = 0;
+};
+
+// Throws ConfigError for an unknown name, listing model_names().
+std::shared_ptr<Classifier> make_model(const std::string& name);
+std::vector<std::string> model_names();
+
+}  // namespace gradwire::train

@@ -1,0 +1,227 @@
+#include "gradwire/train/trainer.h"
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+
+#include "gradwire/comm/collectives.h"
+#include "gradwire/core/error.h"
+#include "gradwire/distributed_optimizer.h"
+#include "gradwire/distributed_sampler.h"
+#include "gradwire/train/fashion_mnist.h"
+#include "gradwire/train/models.h"
+
+namespace gradwire::train {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start) {
+  return std::chrono::duration<double>(Clock::now() - start).count();
+}
+
+// FNV-1a over the raw bytes of every parameter: equal strings mean bitwise-equal models.
+std::string parameter_checksum(const torch::nn::Module& model) {
+  uint64_t hash = 0xcbf29ce484222325ULL;
+  for (const auto& p : model.parameters()) {
+    const auto t = p.contiguous();
+    const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
+    for (size_t i = 0, n = t.numel() * t.element_size(); i < n; ++i) {
+      hash = (hash ^ bytes[i]) * 0x100000001b3ULL;
+    }
+  }
+  char text[17];
+  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(hash));
+  return text;
+}
+
+double evaluate(Classifier& model, const Dataset& test) {
+  torch::NoGradGuard no_grad;
+  model.eval();
+  int64_t correct = 0;
+  const int64_t n = static_cast<int64_t>(test.size());
+  for (int64_t start = 0; start < n; start += 1000) {
+    const int64_t end = std::min(n, start + 1000);
+    auto logits = model.forward(test.images.slice(0, start, end));
+    correct += logits.argmax(1).eq(test.labels.slice(0, start, end)).sum().item<int64_t>();
+  }
+  model.train();
+  return n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
+}
+
+class MetricsFile {
+ public:
+  explicit MetricsFile(const std::string& path) {
+    if (path.empty()) return;
+    out_.open(path, std::ios::out | std::ios::trunc);
+    if (!out_) throw SystemError(errno_message("cannot write metrics file " + path, errno));
+    path_ = path;
+  }
+  void write(const nlohmann::json& line) {
+    if (path_.empty()) return;
+    out_ << line.dump() << '\n';
+    out_.flush();
+    if (!out_) throw SystemError(errno_message("writing metrics file " + path_ + " failed", errno));
+  }
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+void print_progress(ProgressStyle style, int epoch, int epochs, size_t step, size_t steps,
+                    double loss, double samples_per_s) {
+  if (style == ProgressStyle::kNone) return;
+  const int percent = static_cast<int>(100 * step / std::max<size_t>(1, steps));
+  if (style == ProgressStyle::kTerminal) {
+    constexpr int kWidth = 24;
+    const int filled = percent * kWidth / 100;
+    std::printf("epoch %d/%d [%s%s] %3d%% loss %.4f %.0f samples/s\r", epoch, epochs,
+                std::string(filled, '=').c_str(), std::string(kWidth - filled, ' ').c_str(),
+                percent, loss, samples_per_s);
+  } else {
+    std::printf("epoch %d/%d %3d%% loss %.4f %.0f samples/s\n", epoch, epochs, percent, loss,
+                samples_per_s);
+  }
+  std::fflush(stdout);
+}
+
+}  // namespace
+
+void set_compute_threads(int threads) {
+  if (threads < 1) throw ConfigError("--threads must be at least 1");
+  at::set_num_threads(threads);
+  at::set_num_interop_threads(threads);
+}
+
+TrainResult run_training(const TrainOptions& options, Context& context) {
+  if (options.epochs < 1) throw ConfigError("--epochs must be at least 1");
+  if (options.batch_size < 1) throw ConfigError("--batch-size must be at least 1");
+  if (!(options.lr > 0)) throw ConfigError("--lr must be positive");
+  const std::string dir = options.data_dir.empty() ? kFashionMnistDir : options.data_dir;
+  const Dataset train_set = load_fashion_mnist(dir, /*train=*/true, options.train_limit);
+  const Dataset test_set =
+      context.is_root() ? load_fashion_mnist(dir, /*train=*/false, options.test_limit) : Dataset{};
+
+  torch::manual_seed(options.seed);
+  auto model = make_model(options.model);
+  DistributedOptions dist_options;
+  dist_options.strategy = options.strategy;
+  dist_options.compressor = options.compressor;
+  dist_options.bucket_bytes = options.bucket_bytes;
+  DistributedOptimizer optimizer(
+      std::shared_ptr<Context>(&context, [](Context*) {}),
+      torch::optim::SGD(model->parameters(),
+                        torch::optim::SGDOptions(options.lr).momentum(options.momentum)),
+      *model, dist_options);
+
+  DistributedSampler sampler(train_set.size(), context.rank(), context.world_size(), options.seed);
+  const size_t steps = (sampler.indices().size() + options.batch_size - 1) / options.batch_size;
+  const ProgressStyle progress = context.is_root() ? options.progress : ProgressStyle::kNone;
+  const size_t progress_every = options.progress == ProgressStyle::kTerminal
+                                    ? std::max<size_t>(1, steps / 100)
+                                    : std::max<size_t>(1, (steps + 3) / 4);
+  MetricsFile metrics(context.is_root() ? options.metrics_path : "");
+
+  TrainResult result;
+  const auto job_start = Clock::now();
+  nlohmann::json last;
+  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+    sampler.set_epoch(epoch);
+    const auto epoch_start = Clock::now();
+    double loss_sum = 0;
+    size_t samples = 0;
+    for (size_t step = 0; step < steps; ++step) {
+      const auto& all = sampler.indices();
+      const size_t begin = step * options.batch_size;
+      const size_t end = std::min(all.size(), begin + options.batch_size);
+      auto index = torch::from_blob(const_cast<size_t*>(all.data() + begin),
+                                    {static_cast<int64_t>(end - begin)}, torch::kLong)
+                       .clone();
+      auto x = train_set.images.index_select(0, index);
+      auto y = train_set.labels.index_select(0, index);
+      optimizer.zero_grad();
+      auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+      loss.backward();
+      optimizer.step();
+      loss_sum += loss.item<double>() * static_cast<double>(end - begin);
+      samples += end - begin;
+      if ((step + 1) % progress_every == 0 || step + 1 == steps) {
+        print_progress(progress, epoch, options.epochs, step + 1, steps, loss_sum / samples,
+                       samples * context.world_size() / seconds_since(epoch_start));
+      }
+    }
+    if (progress == ProgressStyle::kTerminal) std::printf("\n");
+    const double train_s = seconds_since(epoch_start);
+
+    const double accuracy = context.is_root() ? evaluate(*model, test_set) : 0.0;
+    const double epoch_s = seconds_since(epoch_start);
+    const auto traffic = optimizer.traffic();
+    const auto losses = context.allgather(loss_sum / std::max<size_t>(1, samples));
+    const auto sent = context.allgather(static_cast<double>(traffic.bytes_sent));
+    const auto dense = context.allgather(static_cast<double>(traffic.bytes_dense));
+    double mean_loss = 0, total_sent = 0, total_dense = 0;
+    for (int r = 0; r < context.world_size(); ++r) {
+      mean_loss += losses[r] / context.world_size();
+      total_sent += sent[r];
+      total_dense += dense[r];
+    }
+    last = {{"epoch", epoch},
+            {"train_loss", mean_loss},
+            {"test_accuracy", accuracy},
+            {"elapsed_s", seconds_since(job_start)},
+            {"samples_per_s", samples * context.world_size() / train_s},
+            {"bytes_sent", static_cast<uint64_t>(total_sent)},
+            {"bytes_dense", static_cast<uint64_t>(total_dense)}};
+    nlohmann::json line = last;
+    line["event"] = "epoch";
+    metrics.write(line);
+    if (context.is_root()) {
+      std::printf(
+          "epoch %d/%d: train_loss %.4f test_accuracy %.2f%% %.1f s sent %.2f MB (%.4f of dense)\n",
+          epoch, options.epochs, mean_loss, 100 * accuracy, epoch_s, total_sent / 1e6,
+          total_dense > 0 ? total_sent / total_dense : 0.0);
+      std::fflush(stdout);
+    }
+    result.test_accuracy = accuracy;
+    result.train_loss = mean_loss;
+    result.bytes_sent = static_cast<uint64_t>(total_sent);
+    result.bytes_dense = static_cast<uint64_t>(total_dense);
+  }
+  result.elapsed_s = seconds_since(job_start);
+
+  // Checksums travel after the traffic figures were taken, so they are not counted.
+  const std::string checksum = parameter_checksum(*model);
+  const auto all = context.collectives().allgather_bytes(
+      std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(checksum.data()), checksum.size()));
+  nlohmann::json checksums = nlohmann::json::array();
+  for (const auto& bytes : all) {
+    checksums.push_back(std::string(bytes.begin(), bytes.end()));
+    result.checksums_equal = result.checksums_equal && checksums.back() == checksum;
+  }
+  nlohmann::json summary = last;
+  summary["event"] = "summary";
+  summary["elapsed_s"] = result.elapsed_s;
+  summary["workers"] = context.world_size();
+  summary["strategy"] = options.strategy;
+  summary["compressor"] = options.compressor;
+  summary["model"] = options.model;
+  summary["param_checksums"] = checksums;
+  metrics.write(summary);
+  if (context.is_root()) {
+    std::printf(
+        "summary: %d workers, %s, compressor %s: test accuracy %.2f%%, %.1f s, bytes_sent/"
+        "bytes_dense %.4f, ranks' parameters %s\n",
+        context.world_size(), options.model.c_str(), options.compressor.c_str(),
+        100 * result.test_accuracy, result.elapsed_s,
+        result.bytes_dense ? static_cast<double>(result.bytes_sent) / result.bytes_dense : 0.0,
+        result.checksums_equal ? "identical" : "DIFFER");
+    std::fflush(stdout);
+  }
+  return result;
+}
+
+}  // namespace gradwire::train

@@ -1,0 +1,51 @@
+// The built-in job (`gradwire train`): one rank's training loop.
+//
+// Every rank trains on its DistributedSampler shard; rank 0 evaluates test accuracy after
+// each epoch, prints progress and a summary, and writes the metrics file (JSON Lines, see
+// docs/ARCHITECTURE.md): one "epoch" line per epoch and a final "summary" line with one
+// parameter checksum per rank (equal checksums = bitwise-equal models).
+#pragma once
+
+#include <cstdint>
+#include <string>
+
+#include "gradwire/context.h"
+
+namespace gradwire::train {
+
+enum class ProgressStyle { kNone, kLines, kTerminal };
+
+struct TrainOptions {
+  std::string model = "cnn";
+  std::string strategy = "allreduce";
+  std::string compressor = "none";
+  size_t bucket_bytes = 25u << 20;
+  int epochs = 3;
+  int batch_size = 32;  // per worker
+  double lr = 0.05;
+  double momentum = 0.9;
+  uint64_t seed = 0;
+  std::string data_dir;    // empty: Debian's Fashion-MNIST location
+  size_t train_limit = 0;  // > 0: use only the first N training samples
+  size_t test_limit = 0;
+  std::string metrics_path;  // empty: no metrics file
+  ProgressStyle progress = ProgressStyle::kLines;
+};
+
+struct TrainResult {
+  double test_accuracy = 0;
+  double train_loss = 0;
+  double elapsed_s = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_dense = 0;
+  bool checksums_equal = true;
+};
+
+// Sets libtorch's intra-op threads (and inter-op threads, which must happen before any
+// parallel work starts) for this process.
+void set_compute_threads(int threads);
+
+// Runs this rank's part of the job. All ranks must call it with the same options.
+TrainResult run_training(const TrainOptions& options, Context& context);
+
+}  // namespace gradwire::train

@@ -1,0 +1,104 @@
+// End-to-end: the gradwire binary and the examples as a user runs them, as real processes.
+// Every command runs under `timeout`, so a hang fails the test instead of the suite.
+#include <gtest/gtest.h>
+
+#include <nlohmann/json.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string output;
+};
+
+Result run(const std::string& command, int timeout_s) {
+  const std::string full = "timeout -k 5 " + std::to_string(timeout_s) + " " + command + " 2>&1";
+  Result result;
+  FILE* pipe = popen(full.c_str(), "r");
+  if (!pipe) return result;
+  std::array<char, 4096> buffer;
+  while (fgets(buffer.data(), buffer.size(), pipe)) result.output += buffer.data();
+  const int status = pclose(pipe);
+  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+  return result;
+}
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() /
+          ("gradwire_cli_test_" + std::to_string(getpid()) + "_" + name))
+      .string();
+}
+
+TEST(CliTest, TrainTwoWorkersOneEpochWritesMetrics) {
+  const std::string metrics = temp_path("metrics.jsonl");
+  const auto r = run(std::string(GRADWIRE_CLI) +
+                         " train --workers 2 --epochs 1 --progress lines --metrics " + metrics,
+                     600);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("[0] summary: 2 workers"), std::string::npos) << r.output;
+  std::ifstream in(metrics);
+  std::string line;
+  std::vector<nlohmann::json> lines;
+  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  ASSERT_EQ(lines.size(), 2u);
+  EXPECT_EQ(lines[0]["event"], "epoch");
+  const auto& summary = lines[1];
+  EXPECT_EQ(summary["event"], "summary");
+  EXPECT_EQ(summary["workers"], 2);
+  EXPECT_GT(summary["test_accuracy"].get<double>(), 0.80);
+  EXPECT_EQ(summary["bytes_sent"], summary["bytes_dense"]);  // "none" sends dense fp32
+  ASSERT_EQ(summary["param_checksums"].size(), 2u);
+  EXPECT_EQ(summary["param_checksums"][0], summary["param_checksums"][1]);
+  for (const char* key : {"train_loss", "elapsed_s", "samples_per_s", "strategy", "compressor"}) {
+    EXPECT_TRUE(summary.contains(key)) << key;
+  }
+  std::filesystem::remove(metrics);
+}
+
+TEST(CliTest, UnknownCompressorFailsWithTheList) {
+  const auto r = run(std::string(GRADWIRE_CLI) +
+                         " train --workers 2 --epochs 1 --train-limit 256 --compressor zip",
+                     120);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("unknown codec 'zip'"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("topk"), std::string::npos) << r.output;
+}
+
+TEST(CliTest, RankThatNeverJoinsIsNamedWithinTheTimeout) {
+  // Rank 1 sleeps instead of joining; rank 0 must give up after 3 s naming it, and the
+  // launcher must stop rank 1 and exit non-zero naming rank 0.
+  const std::string cmd = std::string(GRADWIRE_CLI) +
+                          " run -n 2 --grace-seconds 1 -- env GRADWIRE_JOIN_TIMEOUT=3 sh -c '"
+                          "if [ \"$RANK\" = 1 ]; then exec sleep 60; fi; exec " +
+                          GRADWIRE_CLI + " train --worker --epochs 1 --train-limit 64'";
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = run(cmd, 60);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("rank 1 did not join within 3.0 s; 1 of 2 joined"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("rank 0 exited with status"), std::string::npos) << r.output;
+  EXPECT_LT(elapsed, 30.0);
+}
+
+TEST(CliTest, ExamplesRunSingleAndDistributed) {
+  const auto single = run(std::string(GRADWIRE_EXAMPLE_SINGLE) + " 1 4096", 300);
+  ASSERT_EQ(single.status, 0) << single.output;
+  EXPECT_NE(single.output.find("epoch 1 test accuracy"), std::string::npos) << single.output;
+  const auto distributed = run(
+      std::string(GRADWIRE_CLI) + " run -n 2 -- " + GRADWIRE_EXAMPLE_DISTRIBUTED + " 1 4096", 300);
+  ASSERT_EQ(distributed.status, 0) << distributed.output;
+  EXPECT_NE(distributed.output.find("[0] epoch 1 test accuracy"), std::string::npos)
+      << distributed.output;
+  EXPECT_EQ(distributed.output.find("[1] epoch 1 test accuracy"), std::string::npos)
+      << distributed.output;
+}
+
+}  // namespace

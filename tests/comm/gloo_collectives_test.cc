@@ -1,0 +1,93 @@
+#include <gtest/gtest.h>
+
+#include <ATen/ATen.h>
+
+#include <atomic>
+#include <mutex>
+
+#include "../common/gloo_harness.h"
+#include "gradwire/core/error.h"
+
+namespace gradwire::comm {
+namespace {
+
+using namespace std::chrono_literals;
+using gradwire::testing::quick_timeouts;
+using gradwire::testing::run_gloo_ranks;
+
+TEST(GlooCollectivesTest, AllreduceFloat32AndFloat16) {
+  run_gloo_ranks(3, [](int rank, std::unique_ptr<Collectives>& cp) {
+    Collectives& c = *cp;
+    std::vector<float> v{1.0f, float(rank), 0.5f};
+    c.allreduce_sum(v.data(), v.size(), DataType::kFloat32);
+    EXPECT_EQ(v, (std::vector<float>{3.0f, 3.0f, 1.5f}));
+    at::Tensor h = at::full({4}, rank + 1.0, at::kHalf);
+    c.allreduce_sum(h.data_ptr(), 4, DataType::kFloat16);
+    EXPECT_TRUE(h.to(at::kFloat).eq(6.0).all().item<bool>());
+    EXPECT_EQ(c.bytes_sent(), 12u + 8u);
+  });
+}
+
+TEST(GlooCollectivesTest, AllgatherVariableSizesAndBroadcast) {
+  run_gloo_ranks(3, [](int rank, std::unique_ptr<Collectives>& cp) {
+    Collectives& c = *cp;
+    Bytes mine(2 * rank, static_cast<uint8_t>(10 + rank));  // rank 0 sends nothing
+    auto all = c.allgather_bytes(mine);
+    for (int r = 0; r < 3; ++r) EXPECT_EQ(all[r], Bytes(2 * r, static_cast<uint8_t>(10 + r)));
+    std::vector<float> v(3, float(rank));
+    c.broadcast(v.data(), sizeof(float) * 3, 2);
+    EXPECT_EQ(v, std::vector<float>(3, 2.0f));
+    c.barrier();
+  });
+}
+
+TEST(GlooCollectivesTest, RankThatNeverJoinsIsNamedWithinTheTimeout) {
+  std::mutex mu;
+  std::vector<std::string> messages;
+  const auto start = std::chrono::steady_clock::now();
+  try {
+    run_gloo_ranks(3, [](int, std::unique_ptr<Collectives>&) { FAIL() << "joined without rank 2"; },
+                   quick_timeouts(/*join=*/1500ms), /*ranks_to_start=*/{0, 1});
+  } catch (const TimeoutError& e) {
+    messages.push_back(e.what());
+  }
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  ASSERT_EQ(messages.size(), 1u);
+  EXPECT_NE(messages[0].find("rank 2 did not join within 1.5 s; 2 of 3 joined"), std::string::npos)
+      << messages[0];
+  EXPECT_LT(elapsed, 10.0);
+}
+
+TEST(GlooCollectivesTest, RankThatStopsCallingIsNamedWithinTheTimeout) {
+  std::mutex mu;
+  std::string message;
+  std::atomic<bool> done{false};
+  try {
+    run_gloo_ranks(
+        3,
+        [&](int rank, std::unique_ptr<Collectives>& cp) {
+          Collectives& c = *cp;
+          c.barrier();
+          if (rank == 1) {  // stays alive but skips the next collective
+            while (!done) std::this_thread::sleep_for(10ms);
+            return;
+          }
+          std::vector<float> v(4, 1.0f);
+          try {
+            c.allreduce_sum(v.data(), v.size(), DataType::kFloat32);
+          } catch (const TimeoutError& e) {
+            std::lock_guard lock(mu);
+            message = e.what();
+          }
+          done = true;
+        },
+        quick_timeouts(20s, /*op=*/1500ms));
+  } catch (const std::exception&) {
+    // Tearing down a broken group may throw too; the message above is what matters.
+  }
+  EXPECT_NE(message.find("rank 1 did not arrive"), std::string::npos) << message;
+}
+
+}  // namespace
+}  // namespace gradwire::comm

@@ -1,0 +1,160 @@
+#include "gradwire/compress/error_feedback.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "codec_test_util.h"
+#include "gradwire/compress/registry.h"
+#include "gradwire/core/error.h"
+#include "gradwire/core/half.h"
+
+namespace gradwire::compress {
+namespace {
+
+using testing::random_vector;
+using testing::tensor_of;
+
+const ErrorFeedback& as_ef(const Codec& codec) {
+  const auto* ef = dynamic_cast<const ErrorFeedback*>(&codec);
+  if (!ef) throw std::runtime_error("codec is not wrapped in ErrorFeedback");
+  return *ef;
+}
+
+// Over many steps: sum of decoded payloads + final residual == sum of gradients.
+class ErrorFeedbackConservation : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(ErrorFeedbackConservation, MessageFace) {
+  const size_t n = 3001;
+  const int steps = 50;
+  auto codec = create_codec(GetParam(), tensor_of(n));
+  std::vector<double> sent(n, 0.0), given(n, 0.0);
+  for (int step = 0; step < steps; ++step) {
+    const auto g = random_vector(n, 100 + step, 0.3f);
+    for (size_t i = 0; i < n; ++i) given[i] += g[i];
+    Bytes payload;
+    codec->encode(g, payload);
+    std::vector<float> decoded(n, 0.0f);
+    codec->decode_add(payload, decoded);
+    for (size_t i = 0; i < n; ++i) sent[i] += decoded[i];
+  }
+  const auto residual = as_ef(*codec).residual();
+  ASSERT_EQ(residual.size(), n);
+  double worst = 0.0;
+  for (size_t i = 0; i < n; ++i) {
+    worst = std::max(worst, std::fabs(sent[i] + residual[i] - given[i]));
+  }
+  EXPECT_LT(worst, 2e-5) << GetParam();
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, ErrorFeedbackConservation,
+                         ::testing::Values("topk", "topk:density=0.3", "2bit",
+                                           "2bit:threshold=0.05", "fp16:ef=1", "none:ef=1"));
+
+TEST(ErrorFeedback, TopKResidualHoldsTheUnsentEntries) {
+  auto codec = create_codec("topk:density=0.25", tensor_of(4));
+  const std::vector<float> g1 = {1.0f, -4.0f, 2.0f, 3.0f};
+  Bytes p1;
+  codec->encode(g1, p1);
+  const auto& ef = as_ef(*codec);
+  EXPECT_EQ(std::vector<float>(ef.residual().begin(), ef.residual().end()),
+            (std::vector<float>{1.0f, 0.0f, 2.0f, 3.0f}));
+  // a = g2 + r = {1.5, 0, 2, 3.5}: sends 3.5, keeps the rest.
+  const std::vector<float> g2 = {0.5f, 0.0f, 0.0f, 0.5f};
+  Bytes p2;
+  codec->encode(g2, p2);
+  EXPECT_EQ(testing::decode(*codec, p2, 4), (std::vector<float>{0.0f, 0.0f, 0.0f, 3.5f}));
+  EXPECT_EQ(std::vector<float>(ef.residual().begin(), ef.residual().end()),
+            (std::vector<float>{1.5f, 0.0f, 2.0f, 0.0f}));
+}
+
+TEST(ErrorFeedback, TwoBitMatchesMxnetReference) {
+  const size_t n = 517;
+  const float t = 0.5f;
+  auto codec = create_codec("2bit", tensor_of(n));
+  std::vector<float> mxnet_residual(n, 0.0f);
+  for (int step = 0; step < 20; ++step) {
+    const auto g = random_vector(n, 200 + step, 0.4f);
+    Bytes payload;
+    codec->encode(g, payload);
+    const auto decoded = testing::decode(*codec, payload, n);
+    for (size_t i = 0; i < n; ++i) {
+      // MXNet gradient_compression-inl.h: r += g; quantize; r -= decoded.
+      float& r = mxnet_residual[i];
+      r += g[i];
+      float q = 0.0f;
+      if (r >= t) {
+        q = t;
+        r -= t;
+      } else if (r <= -t) {
+        q = -t;
+        r += t;
+      }
+      ASSERT_EQ(decoded[i], q) << "step " << step << " i " << i;
+    }
+    const auto residual = as_ef(*codec).residual();
+    ASSERT_TRUE(std::equal(residual.begin(), residual.end(), mxnet_residual.begin()));
+  }
+}
+
+TEST(ErrorFeedback, AdditiveFaceConservesWithScale) {
+  const size_t n = 999;
+  const float scale = 0.25f;  // e.g. 1 / world size
+  auto codec = create_codec("fp16:ef=1", tensor_of(n));
+  ASSERT_EQ(codec->additive_wire(), WireType::kFloat16);
+  std::vector<double> sent(n, 0.0), given(n, 0.0);
+  std::vector<uint16_t> wire(n);
+  std::vector<float> out(n);
+  for (int step = 0; step < 30; ++step) {
+    // Values near the top of half's range: the scale keeps them finite.
+    const auto g = random_vector(n, 300 + step, 3000.0f);
+    for (size_t i = 0; i < n; ++i) given[i] += g[i];
+    codec->to_wire(g, scale, wire.data());
+    codec->from_wire(wire.data(), out);
+    for (size_t i = 0; i < n; ++i) sent[i] += out[i] / scale;
+  }
+  const auto residual = as_ef(*codec).residual();
+  for (size_t i = 0; i < n; ++i) {
+    EXPECT_NEAR(sent[i] + residual[i], given[i], 1e-2) << i;  // float rounding of g + r
+    EXPECT_LE(std::fabs(residual[i]), 8.0f) << i;             // bounded by half an fp16 ulp / scale
+  }
+}
+
+TEST(ErrorFeedback, AdditiveFaceRefusedForNonAdditiveInner) {
+  auto codec = create_codec("topk", tensor_of(4));
+  std::vector<float> g(4, 1.0f), wire(4);
+  EXPECT_THROW(codec->to_wire(g, 1.0f, wire.data()), Error);
+  EXPECT_TRUE(as_ef(*codec).residual().empty());
+}
+
+TEST(ErrorFeedback, ResidualIsTiedToTheFirstSize) {
+  auto codec = create_codec("topk", tensor_of(10));
+  Bytes out;
+  codec->encode(std::vector<float>(10, 1.0f), out);
+  try {
+    codec->encode(std::vector<float>(11, 1.0f), out);
+    FAIL() << "expected an error";
+  } catch (const Error& e) {
+    EXPECT_NE(std::string(e.what()).find("residual of 10 elements"), std::string::npos) << e.what();
+  }
+}
+
+TEST(ErrorFeedback, SpecAndIdComeFromTheInnerCodec) {
+  auto codec = create_codec("2bit:threshold=0.25", tensor_of(4));
+  EXPECT_EQ(codec->id(), CodecId::kTwoBit);
+  EXPECT_EQ(codec->spec(), "2bit:ef=1,threshold=0.25");
+  EXPECT_EQ(as_ef(*codec).inner().spec(), "2bit:ef=0,threshold=0.25");
+  EXPECT_THROW(ErrorFeedback(nullptr), Error);
+}
+
+TEST(ErrorFeedback, DecodeDelegates) {
+  auto sender = create_codec("topk:density=0.5", tensor_of(6));
+  auto receiver = create_codec("topk:density=0.5,ef=0", tensor_of(6));
+  const std::vector<float> g = {1, -2, 3, -4, 5, -6};
+  Bytes payload;
+  sender->encode(g, payload);
+  EXPECT_EQ(testing::decode(*sender, payload, 6), testing::decode(*receiver, payload, 6));
+}
+
+}  // namespace
+}  // namespace gradwire::compress

@@ -1,0 +1,178 @@
+// A tiny program the launcher tests start as ranks. It uses no gradwire code; its rank comes
+// from RANK. Every wait is bounded (kLongSleep) so a leaked helper still goes away on its own.
+//
+//   print N              N lines "out R I" on stdout and "err R I" on stderr
+//   burst N BYTES        N lines of about BYTES bytes on stdout, written in odd-sized pieces
+//   env                  the launcher's variables, one "NAME=value" line each ("<unset>")
+//   partial              "no newline" on stdout without a final newline
+//   progress             "\r 10%\r 50%\r100%\n" on stdout
+//   fail-rank R CODE [hang]
+//                        rank R exits CODE after 200 ms; the others print "pid=P" and sleep
+//                        (ignoring SIGTERM with "hang")
+//   signal-rank R SIG    rank R kills itself with SIG after 200 ms; the others sleep
+//   hang                 ignore SIGTERM and SIGINT, print "pid=P" and "ready", sleep
+//   trap-term            print "pid=P" and "ready"; on SIGTERM/SIGINT print "rank R got
+//                        signal S" and exit 0
+//   leave-grandchild     fork a child that ignores SIGTERM and sleeps, print both pids, exit 0
+//   sleep MS             sleep MS milliseconds, exit 0
+#include <signal.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <thread>
+
+namespace {
+
+constexpr std::chrono::seconds kLongSleep{20};
+
+void write_out(int fd, const std::string& text) {
+  const char* data = text.data();
+  std::size_t left = text.size();
+  while (left > 0) {
+    ssize_t n = ::write(fd, data, left);
+    if (n <= 0) return;
+    data += n;
+    left -= static_cast<std::size_t>(n);
+  }
+}
+
+void say(const std::string& line) { write_out(STDOUT_FILENO, line + "\n"); }
+
+int env_int(const char* name) {
+  const char* value = std::getenv(name);
+  return value != nullptr ? std::atoi(value) : -1;
+}
+
+void sleep_for(std::chrono::milliseconds duration) { std::this_thread::sleep_for(duration); }
+
+void print_pid() { say("pid=" + std::to_string(::getpid())); }
+
+void ignore_sigterm() { ::signal(SIGTERM, SIG_IGN); }
+void ignore_sigterm_and_sigint() {
+  ::signal(SIGTERM, SIG_IGN);
+  ::signal(SIGINT, SIG_IGN);
+}
+
+volatile sig_atomic_t g_signal = 0;
+void remember_signal(int signal_number) { g_signal = signal_number; }
+
+int usage() {
+  write_out(STDERR_FILENO, "gradwire_test_helper: unknown or incomplete command\n");
+  return 2;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  if (argc < 2) return usage();
+  const std::string command = argv[1];
+  const int rank = env_int("RANK");
+  const std::string rank_text = std::to_string(rank);
+
+  if (command == "print" && argc == 3) {
+    int count = std::atoi(argv[2]);
+    for (int i = 0; i < count; ++i) {
+      say("out " + rank_text + " " + std::to_string(i));
+      write_out(STDERR_FILENO, "err " + rank_text + " " + std::to_string(i) + "\n");
+    }
+    return 0;
+  }
+  if (command == "burst" && argc == 4) {
+    int count = std::atoi(argv[2]);
+    int bytes = std::atoi(argv[3]);
+    std::string all;
+    for (int i = 0; i < count; ++i) {
+      all += "rank " + rank_text + " line " + std::to_string(i) + " " +
+             std::string(static_cast<std::size_t>(bytes), static_cast<char>('a' + rank % 26)) +
+             "\n";
+    }
+    // Odd-sized pieces so that lines arrive split across reads.
+    for (std::size_t at = 0; at < all.size(); at += 777) {
+      write_out(STDOUT_FILENO, all.substr(at, 777));
+    }
+    return 0;
+  }
+  if (command == "env") {
+    for (const char* name :
+         {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
+          "MASTER_PORT", "OMP_NUM_THREADS", "GRADWIRE_TEST_EXTRA"}) {
+      const char* value = std::getenv(name);
+      say(std::string(name) + "=" + (value != nullptr ? value : "<unset>"));
+    }
+    return 0;
+  }
+  if (command == "partial") {
+    write_out(STDOUT_FILENO, "no newline");
+    return 0;
+  }
+  if (command == "progress") {
+    write_out(STDOUT_FILENO, "\r 10%");
+    sleep_for(std::chrono::milliseconds(20));
+    write_out(STDOUT_FILENO, "\r 50%");
+    sleep_for(std::chrono::milliseconds(20));
+    write_out(STDOUT_FILENO, "\r100%\n");
+    return 0;
+  }
+  if (command == "fail-rank" && (argc == 4 || argc == 5)) {
+    if (rank == std::atoi(argv[2])) {
+      sleep_for(std::chrono::milliseconds(200));
+      return std::atoi(argv[3]);
+    }
+    if (argc == 5 && std::strcmp(argv[4], "hang") == 0) ignore_sigterm();
+    print_pid();
+    sleep_for(kLongSleep);
+    return 0;
+  }
+  if (command == "signal-rank" && argc == 4) {
+    if (rank == std::atoi(argv[2])) {
+      sleep_for(std::chrono::milliseconds(200));
+      ::raise(std::atoi(argv[3]));
+      return 0;
+    }
+    print_pid();
+    sleep_for(kLongSleep);
+    return 0;
+  }
+  if (command == "hang") {
+    ignore_sigterm_and_sigint();
+    print_pid();
+    say("ready");
+    sleep_for(kLongSleep);
+    return 0;
+  }
+  if (command == "trap-term") {
+    struct sigaction action {};
+    action.sa_handler = remember_signal;
+    sigemptyset(&action.sa_mask);
+    ::sigaction(SIGTERM, &action, nullptr);
+    ::sigaction(SIGINT, &action, nullptr);
+    print_pid();
+    say("ready");
+    auto until = std::chrono::steady_clock::now() + kLongSleep;
+    while (g_signal == 0 && std::chrono::steady_clock::now() < until) {
+      sleep_for(std::chrono::milliseconds(5));
+    }
+    if (g_signal != 0) say("rank " + rank_text + " got signal " + std::to_string(g_signal));
+    return 0;
+  }
+  if (command == "leave-grandchild") {
+    pid_t child = ::fork();
+    if (child == 0) {
+      ignore_sigterm();
+      sleep_for(kLongSleep);
+      ::_exit(0);
+    }
+    say("grandchild=" + std::to_string(child));
+    print_pid();
+    sleep_for(std::chrono::milliseconds(100));  // let the grandchild ignore SIGTERM first
+    return 0;
+  }
+  if (command == "sleep" && argc == 3) {
+    sleep_for(std::chrono::milliseconds(std::atoi(argv[2])));
+    return 0;
+  }
+  return usage();
+}

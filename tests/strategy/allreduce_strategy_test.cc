@@ -1,0 +1,191 @@
+#include "gradwire/strategy/allreduce/allreduce_strategy.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <random>
+
+#include "gradwire/comm/local_collectives.h"
+#include "gradwire/core/error.h"
+
+namespace gradwire::strategy {
+namespace {
+
+using namespace std::chrono_literals;
+using compress::LayerKind;
+using compress::TensorInfo;
+
+// A toy model: a few tensors of different kinds and sizes.
+std::vector<TensorInfo> toy_tensors() {
+  return {{"conv.weight", {8, 4, 3, 3}, LayerKind::kConvWeight},
+          {"conv.bias", {8}, LayerKind::kBias},
+          {"fc.weight", {10, 300}, LayerKind::kFcWeight},
+          {"fc.bias", {10}, LayerKind::kBias}};
+}
+
+struct ToyModel {
+  std::vector<std::vector<float>> params, grads;
+  explicit ToyModel(const std::vector<TensorInfo>& tensors, uint64_t seed) {
+    std::mt19937 rng(seed);
+    std::normal_distribution<float> normal;
+    for (const auto& t : tensors) {
+      params.emplace_back(t.numel());
+      grads.emplace_back(t.numel());
+      for (float& v : params.back()) v = normal(rng);
+    }
+  }
+  FloatSpans spans(std::vector<std::vector<float>>& v) {
+    FloatSpans out;
+    for (auto& x : v) out.emplace_back(x);
+    return out;
+  }
+};
+
+// Runs `steps` SGD steps on every rank with rank-specific random gradients and returns each
+// rank's final parameters.
+std::vector<std::vector<std::vector<float>>> train_ranks(int world, const std::string& codec,
+                                                         int steps, size_t bucket_bytes) {
+  const auto tensors = toy_tensors();
+  std::vector<std::vector<std::vector<float>>> finals(world);
+  comm::run_local_ranks(world, 10s, [&](comm::Collectives& c) {
+    ToyModel model(tensors, /*seed=*/100 + c.rank());  // different starts: start() must fix
+    AllreduceStrategy strategy(c, {.codec = codec, .bucket_bytes = bucket_bytes});
+    std::vector<std::vector<float>> no_buffers;
+    strategy.start(tensors, model.spans(model.params), model.spans(no_buffers));
+    std::mt19937 rng(7 * c.rank() + 1);
+    std::normal_distribution<float> normal;
+    for (int s = 0; s < steps; ++s) {
+      for (auto& g : model.grads) {
+        for (float& v : g) v = normal(rng);
+      }
+      strategy.synchronize(model.spans(model.grads));
+      for (size_t t = 0; t < tensors.size(); ++t) {
+        for (size_t i = 0; i < model.params[t].size(); ++i) {
+          model.params[t][i] -= 0.1f * model.grads[t][i];
+        }
+      }
+    }
+    finals[c.rank()] = model.params;
+  });
+  return finals;
+}
+
+class EveryCodecTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(EveryCodecTest, RanksEndBitwiseEqual) {
+  const auto& [codec, world] = GetParam();
+  const auto finals = train_ranks(world, codec, /*steps=*/5, /*bucket_bytes=*/4096);
+  for (int r = 1; r < world; ++r) EXPECT_EQ(finals[r], finals[0]) << "rank " << r;
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, EveryCodecTest,
+                         ::testing::Combine(::testing::Values("none", "fp16", "topk:density=0.05",
+                                                              "2bit", "topk:density=0.1,ef=0",
+                                                              "fp16:ef=1"),
+                                            ::testing::Values(2, 4)),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param) + "_" +
+                                              std::to_string(std::get<1>(info.param));
+                           for (char& ch : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return name;
+                         });
+
+TEST(AllreduceStrategyTest, NoneAveragesExactly) {
+  const std::vector<TensorInfo> tensors{{"w", {6}, LayerKind::kNorm}};
+  comm::run_local_ranks(3, 5s, [&](comm::Collectives& c) {
+    AllreduceStrategy strategy(c, {});
+    std::vector<float> param(6, 0.0f), grad(6);
+    strategy.start(tensors, {param}, {});
+    for (int i = 0; i < 6; ++i) grad[i] = float(c.rank() * 6 + i);
+    strategy.synchronize({grad});
+    for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(grad[i], float(6 + i));  // mean of r*6+i
+    EXPECT_EQ(strategy.traffic().bytes_sent, 24u);
+    EXPECT_EQ(strategy.traffic().bytes_dense, 24u);
+  });
+}
+
+TEST(AllreduceStrategyTest, StartBroadcastsRankZerosParameters) {
+  const std::vector<TensorInfo> tensors{{"w", {4}, LayerKind::kNorm}};
+  comm::run_local_ranks(2, 5s, [&](comm::Collectives& c) {
+    AllreduceStrategy strategy(c, {});
+    std::vector<float> param(4, float(c.rank() + 1)), buffer(2, float(c.rank() + 5));
+    strategy.start(tensors, {param}, {buffer});
+    EXPECT_EQ(param, std::vector<float>(4, 1.0f));
+    EXPECT_EQ(buffer, std::vector<float>(2, 5.0f));
+  });
+}
+
+TEST(AllreduceStrategyTest, BucketsFollowReverseOrderAndCap) {
+  const std::vector<TensorInfo> tensors{{"a", {100}, LayerKind::kNorm},
+                                        {"b", {100}, LayerKind::kNorm},
+                                        {"c", {300}, LayerKind::kNorm},
+                                        {"d", {50}, LayerKind::kNorm}};
+  comm::run_local_ranks(1, 5s, [&](comm::Collectives& c) {
+    AllreduceStrategy strategy(c, {.codec = "none", .bucket_bytes = 800});  // 200 floats
+    std::vector<std::vector<float>> p{std::vector<float>(100), std::vector<float>(100),
+                                      std::vector<float>(300), std::vector<float>(50)};
+    strategy.start(tensors, {p[0], p[1], p[2], p[3]}, {});
+    const auto layout = strategy.bucket_layout();
+    ASSERT_EQ(layout.size(), 3u);
+    EXPECT_EQ(layout[0], (std::vector<size_t>{3}));     // d, then c would overflow
+    EXPECT_EQ(layout[1], (std::vector<size_t>{2}));     // c alone (larger than the cap)
+    EXPECT_EQ(layout[2], (std::vector<size_t>{1, 0}));  // b + a = 200 floats
+  });
+}
+
+TEST(AllreduceStrategyTest, CodecMismatchFailsOnEveryRankNamingBoth) {
+  const std::vector<TensorInfo> tensors{{"w", {4}, LayerKind::kNorm}};
+  std::vector<std::string> errors(2);
+  comm::run_local_ranks(2, 5s, [&](comm::Collectives& c) {
+    AllreduceStrategy strategy(c, {.codec = c.rank() == 0 ? "topk:density=0.5" : "2bit"});
+    std::vector<float> param(4);
+    try {
+      strategy.start(tensors, {param}, {});
+    } catch (const MismatchError& e) {
+      errors[c.rank()] = e.what();
+    }
+  });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("rank 0 has 'codec topk:density=0.5"), std::string::npos) << e;
+    EXPECT_NE(e.find("rank 1 has 'codec 2bit"), std::string::npos) << e;
+  }
+}
+
+TEST(AllreduceStrategyTest, ShapeMismatchNamesTheTensor) {
+  std::vector<std::string> errors(2);
+  comm::run_local_ranks(2, 5s, [&](comm::Collectives& c) {
+    const std::vector<TensorInfo> tensors{
+        {"fc.weight", {4, c.rank() == 0 ? 8 : 9}, LayerKind::kFcWeight}};
+    AllreduceStrategy strategy(c, {});
+    std::vector<float> param(tensors[0].numel());
+    try {
+      strategy.start(tensors, {param}, {});
+    } catch (const MismatchError& e) {
+      errors[c.rank()] = e.what();
+    }
+  });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("tensor fc.weight [4, 8]"), std::string::npos) << e;
+    EXPECT_NE(e.find("tensor fc.weight [4, 9]"), std::string::npos) << e;
+  }
+}
+
+TEST(AllreduceStrategyTest, SparseCodecSendsLessThanDense) {
+  const auto tensors = toy_tensors();
+  comm::run_local_ranks(2, 5s, [&](comm::Collectives& c) {
+    ToyModel model(tensors, 1);
+    AllreduceStrategy strategy(c, {.codec = "topk:density=0.01"});
+    std::vector<std::vector<float>> none;
+    strategy.start(tensors, model.spans(model.params), model.spans(none));
+    for (auto& g : model.grads) std::fill(g.begin(), g.end(), 1.0f);
+    strategy.synchronize(model.spans(model.grads));
+    const auto t = strategy.traffic();
+    EXPECT_EQ(t.bytes_dense, (288u + 8 + 3000 + 10) * 4);
+    EXPECT_LT(t.bytes_sent * 10, t.bytes_dense);
+  });
+}
+
+}  // namespace
+}  // namespace gradwire::strategy

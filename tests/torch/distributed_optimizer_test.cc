@@ -1,0 +1,168 @@
+#include "gradwire/distributed_optimizer.h"
+
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <mutex>
+
+#include "../common/gloo_harness.h"
+#include "gradwire/comm/collectives.h"
+#include "gradwire/core/error.h"
+
+namespace gradwire {
+namespace {
+
+struct SmallNet : torch::nn::Module {
+  SmallNet() {
+    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)));
+    fc = register_module("fc", torch::nn::Linear(4 * 6 * 6, 5));
+  }
+  torch::Tensor forward(torch::Tensor x) { return fc(torch::relu(conv(x)).flatten(1)); }
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+
+// Deterministic data and initial weights shared by every rank and the reference run.
+struct Problem {
+  torch::Tensor x, y;
+  std::vector<torch::Tensor> init;
+  Problem() {
+    torch::manual_seed(42);
+    x = torch::randn({64, 1, 8, 8});
+    y = torch::randint(0, 5, {64});
+    SmallNet net;
+    for (auto& p : net.parameters()) init.push_back(p.detach().clone());
+  }
+  std::shared_ptr<SmallNet> fresh_net(float perturb = 0) const {
+    auto net = std::make_shared<SmallNet>();
+    torch::NoGradGuard no_grad;
+    auto params = net->parameters();
+    for (size_t i = 0; i < params.size(); ++i) params[i].copy_(init[i] + perturb);
+    return net;
+  }
+};
+
+std::vector<torch::Tensor> train(const Problem& problem, SmallNet& net,
+                                 const std::function<void()>& zero_grad,
+                                 const std::function<void()>& step, int rank, int world, int batch,
+                                 int steps) {
+  for (int s = 0; s < steps; ++s) {
+    // Step s uses samples [s*batch*world, (s+1)*batch*world); rank r takes its slice.
+    const int64_t begin = (s * batch * world + rank * batch) % 64;
+    auto x = problem.x.slice(0, begin, begin + batch);
+    auto y = problem.y.slice(0, begin, begin + batch);
+    zero_grad();
+    torch::nn::functional::cross_entropy(net.forward(x), y).backward();
+    step();
+  }
+  std::vector<torch::Tensor> out;
+  for (auto& p : net.parameters()) out.push_back(p.detach().clone());
+  return out;
+}
+
+std::shared_ptr<Context> context_for(int rank, int world,
+                                     std::unique_ptr<comm::Collectives>& collectives) {
+  return std::make_shared<Context>(rank, world, rank, std::move(collectives));
+}
+
+TEST(DistributedOptimizerTest, TwoRanksOfBatchBMatchOneRankOfBatch2B) {
+  const Problem problem;
+  constexpr int kBatch = 8, kSteps = 4;
+  auto reference_net = problem.fresh_net();
+  torch::optim::SGD reference_opt(reference_net->parameters(),
+                                  torch::optim::SGDOptions(0.1).momentum(0.9));
+  const auto expected = train(
+      problem, *reference_net, [&] { reference_opt.zero_grad(); }, [&] { reference_opt.step(); }, 0,
+      1, 2 * kBatch, kSteps);
+
+  std::vector<std::vector<torch::Tensor>> results(2);
+  testing::run_gloo_ranks(2, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
+    auto context = context_for(rank, 2, c);
+    auto net = problem.fresh_net(/*perturb=*/rank * 0.5f);  // rank 1 starts elsewhere
+    DistributedOptimizer opt(
+        context, torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)),
+        *net);
+    results[rank] = train(
+        problem, *net, [&] { opt.zero_grad(); }, [&] { opt.step(); }, rank, 2, kBatch, kSteps);
+  });
+  for (int rank = 0; rank < 2; ++rank) {
+    for (size_t i = 0; i < expected.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(results[rank][i], expected[i], /*rtol=*/0, /*atol=*/1e-5))
+          << "rank " << rank << " tensor " << i << " max diff "
+          << (results[rank][i] - expected[i]).abs().max().item<float>();
+    }
+  }
+}
+
+class CodecOverGlooTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
+
+TEST_P(CodecOverGlooTest, EveryRankEndsWithIdenticalParameters) {
+  const auto& [codec, world] = GetParam();
+  const Problem problem;
+  std::vector<std::vector<torch::Tensor>> results(world);
+  std::vector<TrafficCounters> traffic(world);
+  testing::run_gloo_ranks(world, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
+    auto context = context_for(rank, world, c);
+    auto net = problem.fresh_net();
+    DistributedOptimizer opt(
+        context, torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9)),
+        *net, {.compressor = codec, .bucket_bytes = 1024});
+    results[rank] = train(
+        problem, *net, [&] { opt.zero_grad(); }, [&] { opt.step(); }, rank, world, 4, 5);
+    traffic[rank] = opt.traffic();
+  });
+  for (int rank = 1; rank < world; ++rank) {
+    for (size_t i = 0; i < results[0].size(); ++i) {
+      EXPECT_TRUE(torch::equal(results[rank][i], results[0][i])) << "rank " << rank;
+    }
+  }
+  EXPECT_EQ(traffic[0].steps, 5u);
+  EXPECT_GT(traffic[0].bytes_sent, 0u);
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, CodecOverGlooTest,
+                         ::testing::Combine(::testing::Values("none", "fp16", "topk:density=0.01",
+                                                              "2bit"),
+                                            ::testing::Values(2, 4)),
+                         [](const auto& info) {
+                           std::string name = std::get<0>(info.param);
+                           for (char& ch : name) {
+                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+                           }
+                           return name + "_" + std::to_string(std::get<1>(info.param));
+                         });
+
+TEST(DistributedOptimizerTest, CodecMismatchFailsAtConstruction) {
+  const Problem problem;
+  std::mutex mu;
+  std::vector<std::string> errors;
+  testing::run_gloo_ranks(2, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
+    auto context = context_for(rank, 2, c);
+    auto net = problem.fresh_net();
+    try {
+      DistributedOptimizer opt(context, torch::optim::SGD(net->parameters(), 0.1), *net,
+                               {.compressor = rank == 0 ? "fp16" : "none"});
+    } catch (const MismatchError& e) {
+      std::lock_guard lock(mu);
+      errors.push_back(e.what());
+    }
+  });
+  ASSERT_EQ(errors.size(), 2u);
+  EXPECT_NE(errors[0].find("rank 0 has 'codec fp16"), std::string::npos) << errors[0];
+}
+
+TEST(DistributedOptimizerTest, UnknownCodecListsTheKnownOnes) {
+  auto context = std::make_shared<Context>(
+      0, 1, 0, comm::connect(comm::WorldInfo{}, testing::quick_timeouts()));
+  SmallNet net;
+  try {
+    DistributedOptimizer opt(context, torch::optim::SGD(net.parameters(), 0.1), net,
+                             {.compressor = "zip"});
+    FAIL() << "accepted an unknown codec";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("topk"), std::string::npos) << e.what();
+  }
+}
+
+}  // namespace
+}  // namespace gradwire

@@ -1,0 +1,46 @@
+#include "gradwire/distributed_sampler.h"
+
+#include <gtest/gtest.h>
+
+#include <set>
+
+namespace gradwire {
+namespace {
+
+TEST(DistributedSamplerTest, ShardsAreDisjointEqualAndCoverTheDataset) {
+  constexpr size_t kSize = 103;
+  constexpr int kWorld = 4;
+  std::multiset<size_t> seen;
+  for (int r = 0; r < kWorld; ++r) {
+    DistributedSampler sampler(kSize, r, kWorld, /*seed=*/3);
+    EXPECT_EQ(sampler.indices().size(), 26u);  // ceil(103 / 4)
+    seen.insert(sampler.indices().begin(), sampler.indices().end());
+  }
+  for (size_t i = 0; i < kSize; ++i) EXPECT_GE(seen.count(i), 1u) << i;
+  EXPECT_EQ(seen.size(), 104u);  // one index repeated as padding
+}
+
+TEST(DistributedSamplerTest, ReshufflesPerEpochAndAgreesAcrossInstances) {
+  DistributedSampler a(1000, 1, 2, 7), b(1000, 1, 2, 7);
+  const auto epoch0 = a.indices();
+  a.set_epoch(1);
+  EXPECT_NE(a.indices(), epoch0);
+  b.set_epoch(1);
+  EXPECT_EQ(a.indices(), b.indices());
+}
+
+TEST(DistributedSamplerTest, DataLoaderResetsMoveToTheNextEpoch) {
+  DistributedSampler sampler(50, 0, 2, 1);
+  DistributedSampler reference(50, 0, 2, 1);
+  sampler.reset();  // first pass: epoch 0
+  EXPECT_EQ(sampler.indices(), reference.indices());
+  std::vector<size_t> drawn;
+  while (auto batch = sampler.next(10)) drawn.insert(drawn.end(), batch->begin(), batch->end());
+  EXPECT_EQ(drawn, reference.indices());
+  sampler.reset();  // second pass: epoch 1
+  reference.set_epoch(1);
+  EXPECT_EQ(sampler.indices(), reference.indices());
+}
+
+}  // namespace
+}  // namespace gradwire

@@ -1,0 +1,17 @@
+// Subcommands of the `gradwire` tool. Each add_*_command registers a CLI11 subcommand whose
+// callback runs it and stores the process exit code in `exit_code`, which main() returns;
+// `exit_code` must outlive app.parse(). Errors are reported on stderr by the subcommand itself.
+#pragma once
+
+#include <CLI/CLI.hpp>
+
+namespace gradwire::cli {
+
+// `gradwire run -n N [--master-addr A] [--master-port P] [--grace-seconds S] [--no-prefix]
+//  -- PROGRAM ARGS...`: starts N local copies of PROGRAM with torchrun's environment.
+void add_run_command(CLI::App& app, int& exit_code);
+
+// `gradwire train ...`: the built-in training job.
+void add_train_command(CLI::App& app, int& exit_code);
+
+}  // namespace gradwire::cli

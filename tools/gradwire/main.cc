@@ -1,0 +1,29 @@
+// gradwire: the command-line tool. Subcommands live in *_command.cc; this file only
+// dispatches and turns errors into exit codes (the one place that decides to exit).
+#include <cstdio>
+#include <exception>
+
+#include <CLI/CLI.hpp>
+
+#include "commands.h"
+#include "gradwire/core/error.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"gradwire: communication-efficient distributed training for libtorch"};
+  app.require_subcommand(1);
+  int exit_code = 0;
+  gradwire::cli::add_run_command(app, exit_code);
+  gradwire::cli::add_train_command(app, exit_code);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e);
+  } catch (const gradwire::Error& e) {
+    std::fprintf(stderr, "gradwire: error: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gradwire: unexpected error: %s\n", e.what());
+    return 3;
+  }
+  return exit_code;
+}

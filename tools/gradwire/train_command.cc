@@ -1,0 +1,145 @@
+// `gradwire train`: the built-in job. Without --worker it is a launcher that starts
+// --workers copies of itself with --worker (through launch::run_processes); with --worker
+// it is one rank and reads its place in the job from torchrun's variables, so
+// `gradwire run -n 4 -- gradwire train --worker ...` and torchrun launches work too.
+#include <unistd.h>
+
+#include <cstdio>
+#include <thread>
+
+#include "commands.h"
+#include "gradwire/context.h"
+#include "gradwire/core/error.h"
+#include "gradwire/launch/launcher.h"
+#include "gradwire/train/fashion_mnist.h"
+#include "gradwire/train/trainer.h"
+
+namespace gradwire::cli {
+namespace {
+
+struct TrainArgs {
+  train::TrainOptions options;
+  int workers = 4;
+  int threads = 0;
+  int master_port = 0;
+  bool worker = false;
+  std::string progress = "auto";
+};
+
+std::string self_executable() {
+  char path[4096];
+  const ssize_t n = readlink("/proc/self/exe", path, sizeof(path) - 1);
+  if (n <= 0) throw SystemError(errno_message("cannot find the gradwire executable", errno));
+  return std::string(path, static_cast<size_t>(n));
+}
+
+std::vector<std::string> worker_command(const TrainArgs& a) {
+  const auto& o = a.options;
+  std::vector<std::string> cmd{self_executable(),
+                               "train",
+                               "--worker",
+                               "--model",
+                               o.model,
+                               "--strategy",
+                               o.strategy,
+                               "--compressor",
+                               o.compressor,
+                               "--bucket-mb",
+                               std::to_string(o.bucket_bytes / double(1 << 20)),
+                               "--epochs",
+                               std::to_string(o.epochs),
+                               "--batch-size",
+                               std::to_string(o.batch_size),
+                               "--lr",
+                               std::to_string(o.lr),
+                               "--momentum",
+                               std::to_string(o.momentum),
+                               "--seed",
+                               std::to_string(o.seed),
+                               "--train-limit",
+                               std::to_string(o.train_limit),
+                               "--test-limit",
+                               std::to_string(o.test_limit),
+                               "--threads",
+                               std::to_string(a.threads),
+                               "--progress",
+                               a.progress};
+  if (!o.data_dir.empty()) cmd.insert(cmd.end(), {"--data-dir", o.data_dir});
+  if (!o.metrics_path.empty()) cmd.insert(cmd.end(), {"--metrics", o.metrics_path});
+  return cmd;
+}
+
+int run_worker(TrainArgs& a) {
+  if (a.threads > 0) train::set_compute_threads(a.threads);
+  auto context = gradwire::init();
+  if (a.progress == "tty") {
+    a.options.progress = train::ProgressStyle::kTerminal;
+  } else if (a.progress == "none") {
+    a.options.progress = train::ProgressStyle::kNone;
+  } else {
+    a.options.progress = train::ProgressStyle::kLines;
+  }
+  const auto result = train::run_training(a.options, *context);
+  return result.checksums_equal ? 0 : 4;
+}
+
+int launch_workers(TrainArgs& a) {
+  if (a.workers < 1) throw ConfigError("--workers must be at least 1");
+  const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+  if (a.threads == 0) a.threads = std::max(1, cores / a.workers);  // one thread when N >= cores
+  if (a.progress == "auto") a.progress = isatty(STDOUT_FILENO) ? "tty" : "lines";
+  launch::LaunchOptions launch;
+  launch.num_processes = a.workers;
+  launch.master_port = a.master_port;
+  launch.command = worker_command(a);
+  launch.threads_per_process = a.threads;
+  const auto result = launch::run_processes(launch);
+  if (result.exit_code != 0) {
+    std::fprintf(stderr, "gradwire train: %s; stopped the other ranks\n", result.message.c_str());
+  }
+  return result.exit_code;
+}
+
+}  // namespace
+
+void add_train_command(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<TrainArgs>();
+  auto* cmd =
+      app.add_subcommand("train", "Train the built-in Fashion-MNIST job on N local workers");
+  auto& o = args->options;
+  cmd->add_option("--workers,-n", args->workers, "Number of worker processes")
+      ->capture_default_str();
+  cmd->add_option("--model", o.model, "cnn or mlp")->capture_default_str();
+  cmd->add_option("--strategy", o.strategy, "Exchange strategy")->capture_default_str();
+  cmd->add_option("--compressor", o.compressor,
+                  "Codec spec: none, fp16, topk:density=0.01, 2bit:threshold=0.5 (ef=0|1)")
+      ->capture_default_str();
+  auto* bucket = cmd->add_option_function<double>(
+      "--bucket-mb",
+      [&o](double mb) {
+        if (!(mb > 0)) throw ConfigError("--bucket-mb must be positive");
+        o.bucket_bytes = static_cast<size_t>(mb * (1 << 20));
+      },
+      "Fusion bucket size in MiB (default 25)");
+  (void)bucket;
+  cmd->add_option("--epochs", o.epochs)->capture_default_str();
+  cmd->add_option("--batch-size", o.batch_size, "Per-worker batch size")->capture_default_str();
+  cmd->add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();
+  cmd->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  cmd->add_option("--seed", o.seed)->capture_default_str();
+  cmd->add_option("--data-dir", o.data_dir, "Fashion-MNIST directory")
+      ->default_str(train::kFashionMnistDir);
+  cmd->add_option("--train-limit", o.train_limit, "Use only the first N training samples (0: all)");
+  cmd->add_option("--test-limit", o.test_limit, "Use only the first N test samples (0: all)");
+  cmd->add_option("--metrics", o.metrics_path, "Write JSON Lines metrics to FILE");
+  cmd->add_option("--threads", args->threads, "Compute threads per worker (0: cores / workers)");
+  cmd->add_option("--master-port", args->master_port, "Rendezvous port (0: pick a free one)");
+  cmd->add_option("--progress", args->progress, "auto, tty, lines or none")
+      ->check(CLI::IsMember({"auto", "tty", "lines", "none"}));
+  cmd->add_flag("--worker", args->worker,
+                "Run as one rank of a job started by a launcher (reads RANK, WORLD_SIZE, ...)");
+  cmd->callback(
+      [args, &exit_code] { exit_code = args->worker ? run_worker(*args) : launch_workers(*args); });
+}
+
+}  // namespace gradwire::cli
