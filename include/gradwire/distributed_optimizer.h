@@ -10,6 +10,15 @@
 // step() exchanges gradients through the strategy, then steps the wrapped optimizer.
 // Every parameter that requires grad takes part; a parameter without a gradient in a step
 // contributes zeros.
+//
+// Momentum correction: codecs with error feedback (topk, 2bit) and heavy-ball momentum
+// applied after aggregation do not mix: the residual delays large coordinates and momentum
+// turns that delay into divergence (2bit) or lost accuracy (topk). So when the codec uses
+// error feedback on the allgather path and the optimizer is torch::optim::SGD with plain
+// heavy-ball momentum m (no Nesterov, no dampening, the same m in every group), the momentum
+// moves into the codec (`momentum=m`: u = m u + g is compressed, with DGC's momentum factor
+// masking) and the SGD's groups get momentum 0. codec_spec() shows the result; set
+// DistributedOptions::momentum_correction = false to keep the optimizer untouched.
 #pragma once
 
 #include <memory>
@@ -27,6 +36,7 @@ struct DistributedOptions {
   std::string strategy = "allreduce";  // later: "ps", "gossip"
   std::string compressor = "none";     // codec spec, e.g. "topk:density=0.01"
   size_t bucket_bytes = 25u << 20;
+  bool momentum_correction = true;  // see above
 };
 
 struct TrafficCounters {
@@ -60,6 +70,8 @@ class DistributedOptimizer {
   void synchronize();
 
   torch::optim::Optimizer& optimizer();
+  // The codec spec in use, canonical (after momentum correction, if any).
+  const std::string& codec_spec() const;
   TrafficCounters traffic() const;
   const Context& context() const;
 

@@ -88,6 +88,38 @@ TEST(CliTest, RankThatNeverJoinsIsNamedWithinTheTimeout) {
   EXPECT_LT(elapsed, 30.0);
 }
 
+TEST(CliTest, MissingDatasetNamesTheFileAndThePackage) {
+  const auto r = run(
+      std::string(GRADWIRE_CLI) + " train --workers 2 --epochs 1 --data-dir /nonexistent/fashion",
+      120);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("/nonexistent/fashion/train-images-idx3-ubyte.gz not found"),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("dataset-fashion-mnist"), std::string::npos) << r.output;
+}
+
+TEST(CliTest, RankKilledMidRunStopsTheOthersAndIsNamed) {
+  // Rank 1 is SIGKILLed a few seconds into training; rank 0, blocked in a collective or
+  // failing on the closed connection, must be stopped by the launcher, which names rank 1.
+  const std::string cmd = std::string(GRADWIRE_CLI) +
+                          " run -n 2 --grace-seconds 2 -- sh -c '"
+                          "if [ \"$RANK\" = 1 ]; then exec timeout -s KILL 8 " +
+                          GRADWIRE_CLI + " train --worker --epochs 5 --progress none; fi; exec " +
+                          GRADWIRE_CLI + " train --worker --epochs 5 --progress none'";
+  const auto start = std::chrono::steady_clock::now();
+  const auto r = run(cmd, 120);
+  const double elapsed =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_NE(r.status, 0) << r.output;
+  // `timeout -s KILL` may go down with its child (signal 9) or report it (status 137).
+  const bool named =
+      r.output.find("gradwire run: rank 1 was killed by signal 9") != std::string::npos ||
+      r.output.find("gradwire run: rank 1 exited with status 137") != std::string::npos;
+  EXPECT_TRUE(named) << r.output;
+  EXPECT_LT(elapsed, 60.0) << r.output;
+}
+
 TEST(CliTest, ExamplesRunSingleAndDistributed) {
   const auto single = run(std::string(GRADWIRE_EXAMPLE_SINGLE) + " 1 4096", 300);
   ASSERT_EQ(single.status, 0) << single.output;

@@ -47,16 +47,16 @@ TEST(GlooCollectivesTest, RankThatNeverJoinsIsNamedWithinTheTimeout) {
   const auto start = std::chrono::steady_clock::now();
   try {
     run_gloo_ranks(3, [](int, std::unique_ptr<Collectives>&) { FAIL() << "joined without rank 2"; },
-                   quick_timeouts(/*join=*/1500ms), /*ranks_to_start=*/{0, 1});
+                   quick_timeouts(/*join=*/5s), /*ranks_to_start=*/{0, 1});
   } catch (const TimeoutError& e) {
     messages.push_back(e.what());
   }
   const double elapsed =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   ASSERT_EQ(messages.size(), 1u);
-  EXPECT_NE(messages[0].find("rank 2 did not join within 1.5 s; 2 of 3 joined"), std::string::npos)
+  EXPECT_NE(messages[0].find("rank 2 did not join within 5.0 s; 2 of 3 joined"), std::string::npos)
       << messages[0];
-  EXPECT_LT(elapsed, 10.0);
+  EXPECT_LT(elapsed, 15.0);
 }
 
 TEST(GlooCollectivesTest, RankThatStopsCallingIsNamedWithinTheTimeout) {

@@ -51,6 +51,56 @@ INSTANTIATE_TEST_SUITE_P(Codecs, ErrorFeedbackConservation,
                          ::testing::Values("topk", "topk:density=0.3", "2bit",
                                            "2bit:threshold=0.05", "fp16:ef=1", "none:ef=1"));
 
+// Momentum correction against a plain reference: u = m u + g; a = u + r; send top-k(a);
+// r = a with the sent entries zeroed; u zeroed at the sent entries (DGC's masking).
+TEST(ErrorFeedback, MomentumCorrectionMatchesDgcReference) {
+  const size_t n = 257;
+  const float m = 0.9f;
+  auto codec = create_codec("topk:density=0.1,momentum=0.9", tensor_of(n));
+  EXPECT_EQ(codec->spec(), "topk:density=0.1,ef=1,momentum=0.9");
+  std::vector<float> u(n, 0.0f), r(n, 0.0f);
+  for (int step = 0; step < 30; ++step) {
+    const auto g = random_vector(n, 500 + step, 1.0f);
+    std::vector<float> a(n);
+    for (size_t i = 0; i < n; ++i) {
+      u[i] = m * u[i] + g[i];
+      a[i] = u[i] + r[i];
+    }
+    Bytes payload;
+    codec->encode(g, payload);
+    const auto decoded = testing::decode(*codec, payload, n);
+    size_t sent = 0;
+    for (size_t i = 0; i < n; ++i) {
+      if (decoded[i] != 0.0f) {
+        ++sent;
+        EXPECT_EQ(decoded[i], a[i]) << "step " << step << " element " << i;
+        r[i] = 0.0f;
+        u[i] = 0.0f;
+      } else {
+        r[i] = a[i];
+      }
+    }
+    EXPECT_EQ(sent, 26u);  // ceil(0.1 * 257)
+    const auto residual = as_ef(*codec).residual();
+    for (size_t i = 0; i < n; ++i) ASSERT_FLOAT_EQ(residual[i], r[i]) << "step " << step;
+  }
+}
+
+TEST(ErrorFeedback, MomentumNeedsErrorFeedbackAndARange) {
+  EXPECT_THROW(create_codec("topk:ef=0,momentum=0.9", tensor_of(4)), ConfigError);
+  EXPECT_THROW(create_codec("2bit:momentum=1", tensor_of(4)), ConfigError);
+  EXPECT_THROW(create_codec("2bit:momentum=-0.1", tensor_of(4)), ConfigError);
+  EXPECT_EQ(canonical_spec("2bit:momentum=0"), "2bit:alpha=1,ef=1,threshold=auto");
+}
+
+TEST(ErrorFeedback, SpecHelpers) {
+  EXPECT_TRUE(uses_error_feedback("topk"));
+  EXPECT_TRUE(uses_error_feedback("fp16:ef=1"));
+  EXPECT_FALSE(uses_error_feedback("2bit:ef=0"));
+  EXPECT_FALSE(uses_error_feedback("none"));
+  EXPECT_EQ(with_momentum("topk:density=0.01", 0.9), "topk:density=0.01,momentum=0.9");
+}
+
 TEST(ErrorFeedback, TopKResidualHoldsTheUnsentEntries) {
   auto codec = create_codec("topk:density=0.25", tensor_of(4));
   const std::vector<float> g1 = {1.0f, -4.0f, 2.0f, 3.0f};
@@ -71,7 +121,7 @@ TEST(ErrorFeedback, TopKResidualHoldsTheUnsentEntries) {
 TEST(ErrorFeedback, TwoBitMatchesMxnetReference) {
   const size_t n = 517;
   const float t = 0.5f;
-  auto codec = create_codec("2bit", tensor_of(n));
+  auto codec = create_codec("2bit:threshold=0.5", tensor_of(n));
   std::vector<float> mxnet_residual(n, 0.0f);
   for (int step = 0; step < 20; ++step) {
     const auto g = random_vector(n, 200 + step, 0.4f);

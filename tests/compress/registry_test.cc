@@ -70,7 +70,8 @@ TEST(CodecRegistry, CanonicalSpecsSpellOutEveryKey) {
   EXPECT_EQ(canonical_spec("topk"), "topk:density=0.01,ef=1");
   EXPECT_EQ(canonical_spec("topk:density=0.001"), "topk:density=0.001,ef=1");
   EXPECT_EQ(canonical_spec(" topk : ef = 0 , density = 1e-3 "), "topk:density=0.001,ef=0");
-  EXPECT_EQ(canonical_spec("2bit"), "2bit:ef=1,threshold=0.5");
+  EXPECT_EQ(canonical_spec("2bit"), "2bit:alpha=1,ef=1,threshold=auto");
+  EXPECT_EQ(canonical_spec("2bit:alpha=0.5"), "2bit:alpha=0.5,ef=1,threshold=auto");
   EXPECT_EQ(canonical_spec("2bit:threshold=0.1,ef=off"), "2bit:ef=0,threshold=0.1");
   EXPECT_EQ(canonical_spec("none"), "none:ef=0");
   EXPECT_EQ(canonical_spec("fp16"), "fp16:ef=0");

@@ -32,6 +32,56 @@ TEST(TwoBitCodec, CodesAndPackingOfFourElements) {
   EXPECT_EQ(decode(*codec, payload, 4), (std::vector<float>{0.5f, -0.5f, 0.0f, 0.5f}));
 }
 
+TEST(TwoBitCodec, AutoThresholdSelectsAboveAlphaMeanAndSendsTheirMeanMagnitude) {
+  // threshold=auto is the default. mean |a| = 1.5, so alpha = 1 selects |a| >= 1.5:
+  // 2 and -4, which decode to +-3 (their mean magnitude).
+  auto codec = create_codec("2bit:ef=0", tensor_of(4));
+  const std::vector<float> input = {2.0f, -4.0f, 0.0f, -0.0f};
+  const Bytes payload = encode(*codec, input);
+  float v;
+  std::memcpy(&v, payload.data() + PayloadHeader::kSize, 4);
+  EXPECT_EQ(v, 3.0f);
+  EXPECT_EQ(decode(*codec, payload, 4), (std::vector<float>{3.0f, -3.0f, 0.0f, 0.0f}));
+  // alpha = 2: t = 3 selects only -4.
+  auto strict = create_codec("2bit:alpha=2,ef=0", tensor_of(4));
+  EXPECT_EQ(decode(*strict, encode(*strict, input), 4),
+            (std::vector<float>{0.0f, -4.0f, 0.0f, 0.0f}));
+}
+
+TEST(TwoBitCodec, AutoThresholdResidualShrinks) {
+  // ||a - D(C(a))||^2 = ||a||^2 - |S| v^2 < ||a||^2 (a strict contraction).
+  const size_t n = 1000;
+  auto codec = create_codec("2bit", tensor_of(n));
+  const auto g = testing::random_vector(n, 9, 1.0f);
+  Bytes payload;
+  codec->encode(g, payload);
+  const auto decoded = decode(*codec, payload, n);
+  double before = 0, after = 0;
+  for (size_t i = 0; i < n; ++i) {
+    before += double(g[i]) * g[i];
+    after += double(g[i] - decoded[i]) * (g[i] - decoded[i]);
+  }
+  EXPECT_LT(after, 0.9 * before);
+}
+
+TEST(TwoBitCodec, AutoThresholdOfZerosSendsNothing) {
+  auto codec = create_codec("2bit", tensor_of(70));
+  const std::vector<float> zeros(70, 0.0f);
+  EXPECT_EQ(decode(*codec, encode(*codec, zeros), 70), zeros);
+}
+
+TEST(TwoBitCodec, AutoThresholdRejectsNonFiniteGradients) {
+  auto codec = create_codec("2bit", tensor_of(3));
+  const std::vector<float> input = {1.0f, INFINITY, 0.0f};
+  Bytes out;
+  EXPECT_THROW(codec->encode(input, out), Error);
+}
+
+TEST(TwoBitCodec, AlphaNeedsTheAutoThreshold) {
+  EXPECT_THROW(create_codec("2bit:threshold=0.5,alpha=1", tensor_of(3)), ConfigError);
+  EXPECT_THROW(create_codec("2bit:alpha=0", tensor_of(3)), ConfigError);
+}
+
 TEST(TwoBitCodec, GroupLayoutOfSixtyFourElements) {
   auto codec = create_codec("2bit:threshold=1,ef=0", tensor_of(64));
   std::vector<float> input(64, 0.0f);
@@ -83,7 +133,7 @@ TEST(TwoBitCodec, EncodeResidualIsMxnetsUpdate) {
 }
 
 TEST(TwoBitCodec, NanAndInfinity) {
-  auto codec = create_codec("2bit:ef=0", tensor_of(3));
+  auto codec = create_codec("2bit:threshold=0.5,ef=0", tensor_of(3));
   const std::vector<float> input = {std::numeric_limits<float>::quiet_NaN(),
                                     std::numeric_limits<float>::infinity(),
                                     -std::numeric_limits<float>::infinity()};

@@ -151,9 +151,49 @@ TEST(DistributedOptimizerTest, CodecMismatchFailsAtConstruction) {
   EXPECT_NE(errors[0].find("rank 0 has 'codec fp16"), std::string::npos) << errors[0];
 }
 
+std::shared_ptr<Context> solo_context() {
+  return std::make_shared<Context>(0, 1, 0,
+                                   comm::connect(comm::WorldInfo{}, testing::quick_timeouts()));
+}
+
+double sgd_momentum(DistributedOptimizer& opt) {
+  return static_cast<torch::optim::SGDOptions&>(opt.optimizer().param_groups()[0].options())
+      .momentum();
+}
+
+TEST(DistributedOptimizerTest, MomentumMovesIntoErrorFeedbackCodecs) {
+  SmallNet net;
+  auto sgd = [&] {
+    return torch::optim::SGD(net.parameters(), torch::optim::SGDOptions(0.1).momentum(0.9));
+  };
+  {
+    DistributedOptimizer opt(solo_context(), sgd(), net, {.compressor = "topk:density=0.01"});
+    EXPECT_EQ(opt.codec_spec(), "topk:density=0.01,ef=1,momentum=0.9");
+    EXPECT_EQ(sgd_momentum(opt), 0.0);
+  }
+  {
+    DistributedOptimizer opt(solo_context(), sgd(), net, {.compressor = "fp16"});
+    EXPECT_EQ(opt.codec_spec(), "fp16:ef=0");
+    EXPECT_DOUBLE_EQ(sgd_momentum(opt), 0.9);
+  }
+  {
+    DistributedOptimizer opt(solo_context(), sgd(), net,
+                             {.compressor = "2bit", .momentum_correction = false});
+    EXPECT_EQ(opt.codec_spec(), "2bit:alpha=1,ef=1,threshold=auto");
+    EXPECT_DOUBLE_EQ(sgd_momentum(opt), 0.9);
+  }
+  {
+    DistributedOptimizer opt(
+        solo_context(),
+        torch::optim::SGD(net.parameters(),
+                          torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(true)),
+        net, {.compressor = "2bit"});
+    EXPECT_EQ(opt.codec_spec(), "2bit:alpha=1,ef=1,threshold=auto");  // Nesterov: untouched
+  }
+}
+
 TEST(DistributedOptimizerTest, UnknownCodecListsTheKnownOnes) {
-  auto context = std::make_shared<Context>(
-      0, 1, 0, comm::connect(comm::WorldInfo{}, testing::quick_timeouts()));
+  auto context = solo_context();
   SmallNet net;
   try {
     DistributedOptimizer opt(context, torch::optim::SGD(net.parameters(), 0.1), net,

@@ -11,18 +11,39 @@ namespace {
   vector_loop(n, [=](size_t i) { r[i] += g[i]; });
 }
 
+// u_i = 0 where r_i changed (was sent)
+[[gnu::noinline]] void mask_kernel(const float* __restrict before, const float* __restrict r,
+                                   float* __restrict u, size_t n) {
+  vector_loop(n, [=](size_t i) { u[i] = before[i] != r[i] ? 0.0f : u[i]; });
+}
+
+// u = m u + g;  r += u
+[[gnu::noinline]] void momentum_kernel(const float* __restrict g, float* __restrict u,
+                                       float* __restrict r, size_t n, float m) {
+  vector_loop(n, [=](size_t i) {
+    u[i] = m * u[i] + g[i];
+    r[i] += u[i];
+  });
+}
+
 }  // namespace
 
-ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> inner) : inner_(std::move(inner)) {
+ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> inner, float momentum)
+    : inner_(std::move(inner)), momentum_(momentum) {
   if (!inner_) throw Error("ErrorFeedback needs a codec to wrap (got null)");
+  if (!(momentum >= 0.0f && momentum < 1.0f)) {
+    throw ConfigError("error feedback momentum=" + format_number(momentum) + " must be in [0, 1)");
+  }
   Spec spec = Spec::parse(inner_->spec());
   spec.params["ef"] = std::string("1");  // not = "1": GCC 12 -O3 -Wrestrict false positive
+  if (momentum > 0.0f) spec.params["momentum"] = format_number(momentum);
   spec_ = spec.to_string();
 }
 
 void ErrorFeedback::accumulate(std::span<const float> gradient) {
   if (!started_) {
     residual_.assign(gradient.size(), 0.0f);
+    if (momentum_ > 0.0f) velocity_.assign(gradient.size(), 0.0f);
     started_ = true;
   } else if (gradient.size() != residual_.size()) {
     throw Error("error feedback for codec '" + spec_ + "' holds a residual of " +
@@ -30,14 +51,24 @@ void ErrorFeedback::accumulate(std::span<const float> gradient) {
                 std::to_string(gradient.size()) +
                 "; a codec serves exactly one tensor (create one per tensor)");
   }
-  // a = g + r, kept in r.
-  add_kernel(gradient.data(), residual_.data(), gradient.size());
+  if (momentum_ > 0.0f) {
+    // u = m u + g; a = u + r, kept in r.
+    momentum_kernel(gradient.data(), velocity_.data(), residual_.data(), gradient.size(),
+                    momentum_);
+  } else {
+    // a = g + r, kept in r.
+    add_kernel(gradient.data(), residual_.data(), gradient.size());
+  }
 }
 
 void ErrorFeedback::encode(std::span<const float> gradient, Bytes& out) {
   accumulate(gradient);
+  if (momentum_ > 0.0f) before_.assign(residual_.begin(), residual_.end());
   // r <- a - D(C(a))
   inner_->encode_residual(residual_, out);
+  // Momentum factor masking: coordinates that were sent restart their momentum.
+  if (momentum_ > 0.0f)
+    mask_kernel(before_.data(), residual_.data(), velocity_.data(), residual_.size());
 }
 
 void ErrorFeedback::decode_add(std::span<const uint8_t> payload, std::span<float> accum) const {

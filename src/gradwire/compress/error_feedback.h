@@ -5,6 +5,16 @@
 //
 // Over any number of steps, sum of decoded payloads + r == sum of gradients (up to float
 // rounding). The residual is allocated, zeroed, on first use and is tied to that size.
+//
+// With momentum m > 0 (spec key `momentum`), momentum is applied before compression
+// (DGC's momentum correction without masking; EF-SGDM of Zheng et al. 2019):
+//
+//   u = m u + g;  a = u + r;  send C(a);  r <- a - D(C(a))
+//
+// and the optimizer must then run without momentum: the aggregate of D(C(a)) over ranks is
+// already the momentum update. Heavy-ball momentum applied after aggregation amplifies the
+// delay error feedback gives to large coordinates; with quantizers that send one shared
+// magnitude (2bit, signSGD) that loop diverges (docs/ALGORITHMS.md 2.1).
 #pragma once
 
 #include <memory>
@@ -18,10 +28,10 @@ namespace gradwire::compress {
 
 class ErrorFeedback final : public Codec {
  public:
-  explicit ErrorFeedback(std::unique_ptr<Codec> inner);
+  explicit ErrorFeedback(std::unique_ptr<Codec> inner, float momentum = 0.0f);
 
   CodecId id() const override { return inner_->id(); }
-  // The inner codec's canonical spec with ef=1.
+  // The inner codec's canonical spec with ef=1 (and momentum=m when set).
   std::string spec() const override { return spec_; }
   std::optional<WireType> additive_wire() const override { return inner_->additive_wire(); }
 
@@ -40,12 +50,15 @@ class ErrorFeedback final : public Codec {
   const Codec& inner() const { return *inner_; }
 
  private:
-  // r += g, allocating r on first use.
+  // r += g (or u = m u + g; r += u), allocating r and u on first use.
   void accumulate(std::span<const float> gradient);
 
   std::unique_ptr<Codec> inner_;
   std::string spec_;
   std::vector<float> residual_;
+  std::vector<float> velocity_;  // u, only with momentum
+  std::vector<float> before_;    // a before encoding, to find the sent coordinates
+  float momentum_;
   bool started_ = false;
 };
 

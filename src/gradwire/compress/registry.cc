@@ -57,14 +57,31 @@ std::unique_ptr<Codec> create_codec(const std::string& spec_text, const TensorIn
   SpecReader reader(spec, "codec");
   std::unique_ptr<Codec> codec = it->second.factory(reader, tensor);
   const bool ef = reader.get_bool("ef", it->second.default_ef);
+  const double momentum = reader.get_double_in("momentum", 0.0, 0.0, 0.999);
   reader.finish();
-  if (ef) codec = std::make_unique<ErrorFeedback>(std::move(codec));
+  if (momentum > 0.0 && !ef) {
+    throw ConfigError("codec '" + spec.name +
+                      "': momentum (applied before compression) needs error feedback (ef=1)");
+  }
+  if (ef) codec = std::make_unique<ErrorFeedback>(std::move(codec), static_cast<float>(momentum));
   return codec;
 }
 
 std::string canonical_spec(const std::string& spec) {
   // Codecs allocate nothing at construction, so a one-element placeholder tensor is free.
   return create_codec(spec, TensorInfo{"<canonical spec>", {1}, LayerKind::kOther})->spec();
+}
+
+bool uses_error_feedback(const std::string& spec) {
+  const Spec canonical = Spec::parse(canonical_spec(spec));
+  const auto it = canonical.params.find("ef");
+  return it != canonical.params.end() && it->second == "1";
+}
+
+std::string with_momentum(const std::string& spec, double momentum) {
+  Spec parsed = Spec::parse(spec);
+  parsed.params["momentum"] = format_number(momentum);
+  return parsed.to_string();
 }
 
 std::vector<std::string> codec_names() {

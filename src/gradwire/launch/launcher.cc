@@ -555,6 +555,10 @@ class Supervisor {
   }
 
   void reap() {
+    // Ranks found dead in the same pass may have died in any order (a rank that loses its
+    // peer fails a moment after it): all of them are reported, not only the first in rank
+    // order.
+    const bool stopping_before_pass = stopping_;
     for (RankProcess& process : ranks_) {
       if (!process.running) continue;
       int status = 0;
@@ -574,7 +578,7 @@ class Supervisor {
         continue;
       }
       bool success = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!success && !stopping_) record_failure(process, status, "");
+      if (!success && !stopping_before_pass) record_failure(process, status, "");
       if (!killed_) stop_leftovers(process);
     }
   }
@@ -618,7 +622,11 @@ class Supervisor {
   }
 
   void record_failure_message(const RankProcess& process, int exit_code, std::string message) {
-    if (!first_failure_) first_failure_ = Failure{process.rank, exit_code, std::move(message)};
+    if (!first_failure_) {
+      first_failure_ = Failure{process.rank, exit_code, std::move(message)};
+    } else {
+      also_failed_.push_back(std::move(message));
+    }
     begin_stop(SIGTERM);
   }
 
@@ -707,6 +715,7 @@ class Supervisor {
       result.exit_code = first_failure_->exit_code != 0 ? first_failure_->exit_code : 1;
       result.failed_rank = first_failure_->rank;
       result.message = first_failure_->message;
+      for (const std::string& other : also_failed_) result.message += "; " + other;
     } else if (interrupt_signal_) {
       result.exit_code = 128 + *interrupt_signal_;
       result.message = "interrupted by signal " + std::to_string(*interrupt_signal_) + " (" +
@@ -733,6 +742,7 @@ class Supervisor {
   bool killed_ = false;
   Clock::time_point kill_at_;
   std::optional<Failure> first_failure_;
+  std::vector<std::string> also_failed_;  // failed in the same reap pass as the first
   std::optional<int> interrupt_signal_;
 };
 

@@ -36,7 +36,8 @@ struct LaunchOptions {
 struct LaunchResult {
   int exit_code = 0;               // 0 when every rank exited 0
   std::optional<int> failed_rank;  // the first rank that failed, if any
-  std::string message;             // e.g. "rank 2 exited with status 3"; empty on success
+  std::string message;             // e.g. "rank 2 exited with status 3", plus any rank found failed
+                                   // in the same instant ("; rank 0 exited with status 2")
 };
 
 // Runs the ranks to completion. Throws ConfigError for invalid options and SystemError when a

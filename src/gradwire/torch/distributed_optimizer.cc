@@ -4,7 +4,9 @@
 
 #include "gradwire/comm/collectives.h"
 #include "gradwire/compress/layer_classification.h"
+#include "gradwire/compress/registry.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/spec.h"
 #include "gradwire/strategy/registry.h"
 
 namespace gradwire {
@@ -24,6 +26,37 @@ void require_dense_cpu_float(const std::string& what, const std::string& name,
   }
 }
 
+// The heavy-ball momentum every group of `sgd` uses, or 0 when the groups differ or use
+// Nesterov or dampening (then the optimizer is left alone).
+double common_heavy_ball_momentum(torch::optim::SGD& sgd) {
+  double momentum = -1;
+  for (auto& group : sgd.param_groups()) {
+    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
+    if (o.nesterov() || o.dampening() != 0) return 0;
+    if (momentum >= 0 && o.momentum() != momentum) return 0;
+    momentum = o.momentum();
+  }
+  return momentum > 0 ? momentum : 0;
+}
+
+// Moves heavy-ball momentum from `optimizer` into `codec` when the codec uses error feedback
+// on the message path (DistributedOptimizer's header says why). Returns the codec to use.
+std::string apply_momentum_correction(torch::optim::Optimizer& optimizer,
+                                      const std::string& codec) {
+  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
+  if (!sgd || !compress::uses_error_feedback(codec)) return codec;
+  const Spec spec = Spec::parse(codec);
+  if (spec.params.count("momentum")) return codec;  // the user chose
+  auto probe = compress::create_codec(codec, compress::TensorInfo{"probe", {1}});
+  if (probe->additive_wire()) return codec;  // allreduce path: no masking, keep optimizer
+  const double momentum = common_heavy_ball_momentum(*sgd);
+  if (momentum <= 0) return codec;
+  for (auto& group : sgd->param_groups()) {
+    static_cast<torch::optim::SGDOptions&>(group.options()).momentum(0);
+  }
+  return compress::with_momentum(codec, momentum);
+}
+
 }  // namespace
 
 struct DistributedOptimizer::Impl {
@@ -31,6 +64,7 @@ struct DistributedOptimizer::Impl {
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   std::vector<torch::Tensor> params;
   std::unique_ptr<strategy::Strategy> strategy;
+  std::string codec_spec;
 };
 
 DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
@@ -71,9 +105,13 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
     }
   }
 
+  std::string codec = options.compressor;
+  if (options.momentum_correction) codec = apply_momentum_correction(*impl_->optimizer, codec);
+  impl_->codec_spec = compress::canonical_spec(codec);
+
   strategy::StrategyOptions strategy_options;
   strategy_options.name = options.strategy;
-  strategy_options.codec = options.compressor;
+  strategy_options.codec = codec;
   strategy_options.bucket_bytes = options.bucket_bytes;
   impl_->strategy = strategy::create_strategy(collectives, strategy_options);
   {
@@ -119,6 +157,8 @@ torch::Tensor DistributedOptimizer::step() {
 }
 
 torch::optim::Optimizer& DistributedOptimizer::optimizer() { return *impl_->optimizer; }
+
+const std::string& DistributedOptimizer::codec_spec() const { return impl_->codec_spec; }
 
 TrafficCounters DistributedOptimizer::traffic() const {
   const auto t = impl_->strategy->traffic();

@@ -118,6 +118,13 @@ TrainResult run_training(const TrainOptions& options, Context& context) {
                         torch::optim::SGDOptions(options.lr).momentum(options.momentum)),
       *model, dist_options);
 
+  if (context.is_root()) {
+    std::printf("%d workers, model %s, codec %s, %zu training samples, batch %d per worker\n",
+                context.world_size(), options.model.c_str(), optimizer.codec_spec().c_str(),
+                train_set.size(), options.batch_size);
+    std::fflush(stdout);
+  }
+
   DistributedSampler sampler(train_set.size(), context.rank(), context.world_size(), options.seed);
   const size_t steps = (sampler.indices().size() + options.batch_size - 1) / options.batch_size;
   const ProgressStyle progress = context.is_root() ? options.progress : ProgressStyle::kNone;
@@ -208,6 +215,7 @@ TrainResult run_training(const TrainOptions& options, Context& context) {
   summary["workers"] = context.world_size();
   summary["strategy"] = options.strategy;
   summary["compressor"] = options.compressor;
+  summary["codec"] = optimizer.codec_spec();
   summary["model"] = options.model;
   summary["param_checksums"] = checksums;
   metrics.write(summary);
