@@ -89,5 +89,42 @@ TEST(GlooCollectivesTest, RankThatStopsCallingIsNamedWithinTheTimeout) {
   EXPECT_NE(message.find("rank 1 did not arrive"), std::string::npos) << message;
 }
 
+TEST(GlooCollectivesTest, RankThatThrowsLeavesPromptlyAndPeersFail) {
+  // Rank 1 fails between collectives while rank 0 waits in the next one. Rank 1 must not
+  // sit in a farewell barrier for the collective timeout, and rank 0 must fail soon after.
+  std::atomic<double> rank1_exit_s{-1}, rank0_fail_s{-1};
+  const auto start = std::chrono::steady_clock::now();
+  auto since_start = [&] {
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  };
+  try {
+    run_gloo_ranks(
+        2,
+        [&](int rank, std::unique_ptr<Collectives>& cp) {
+          cp->barrier();
+          if (rank == 1) {
+            struct Timer {
+              std::function<void()> on_exit;
+              ~Timer() { on_exit(); }
+            } timer{[&] { rank1_exit_s = since_start(); }};
+            auto collectives = std::move(cp);  // destroyed while the exception unwinds
+            throw std::runtime_error("rank 1 fails");
+          }
+          std::vector<float> v(4, 1.0f);
+          try {
+            cp->allreduce_sum(v.data(), v.size(), DataType::kFloat32);
+          } catch (const Error&) {
+            rank0_fail_s = since_start();
+          }
+        },
+        quick_timeouts(20s, /*op=*/20s));
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_GE(rank1_exit_s.load(), 0.0);
+  EXPECT_LT(rank1_exit_s.load(), 10.0);
+  EXPECT_GE(rank0_fail_s.load(), 0.0);
+  EXPECT_LT(rank0_fail_s.load(), 15.0);
+}
+
 }  // namespace
 }  // namespace gradwire::comm

@@ -79,7 +79,7 @@ int run_worker(TrainArgs& a) {
   } else {
     a.options.progress = train::ProgressStyle::kLines;
   }
-  const auto result = train::run_training(a.options, *context);
+  const auto result = train::run_training(a.options, context);
   return result.checksums_equal ? 0 : 4;
 }
 
@@ -114,14 +114,13 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--compressor", o.compressor,
                   "Codec spec: none, fp16, topk:density=0.01, 2bit:threshold=0.5 (ef=0|1)")
       ->capture_default_str();
-  auto* bucket = cmd->add_option_function<double>(
+  cmd->add_option_function<double>(
       "--bucket-mb",
       [&o](double mb) {
         if (!(mb > 0)) throw ConfigError("--bucket-mb must be positive");
         o.bucket_bytes = static_cast<size_t>(mb * (1 << 20));
       },
       "Fusion bucket size in MiB (default 25)");
-  (void)bucket;
   cmd->add_option("--epochs", o.epochs)->capture_default_str();
   cmd->add_option("--batch-size", o.batch_size, "Per-worker batch size")->capture_default_str();
   cmd->add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();

@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cstring>
+#include <exception>
 
 #include "gradwire/core/error.h"
 
@@ -59,9 +60,15 @@ class GlooCollectives : public Collectives {
   }
 
   ~GlooCollectives() override {
-    // Leave together so that no rank tears down connections a peer is still using.
+    // On a normal exit, leave together so that no rank tears down connections a peer is
+    // still reading. Not while an exception unwinds: the peers are then inside some other
+    // collective, and a barrier would wait for the whole timeout before this rank can exit
+    // and let the launcher stop the rest.
+    if (std::uncaught_exceptions() > 0) return;
     try {
-      barrier();
+      c10d::BarrierOptions options;
+      options.timeout = std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(30));
+      group_->barrier(options)->wait();
     } catch (...) {
     }
   }

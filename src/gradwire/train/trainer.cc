@@ -97,7 +97,8 @@ void set_compute_threads(int threads) {
   at::set_num_interop_threads(threads);
 }
 
-TrainResult run_training(const TrainOptions& options, Context& context) {
+TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> context_ptr) {
+  Context& context = *context_ptr;
   if (options.epochs < 1) throw ConfigError("--epochs must be at least 1");
   if (options.batch_size < 1) throw ConfigError("--batch-size must be at least 1");
   if (!(options.lr > 0)) throw ConfigError("--lr must be positive");
@@ -113,7 +114,7 @@ TrainResult run_training(const TrainOptions& options, Context& context) {
   dist_options.compressor = options.compressor;
   dist_options.bucket_bytes = options.bucket_bytes;
   DistributedOptimizer optimizer(
-      std::shared_ptr<Context>(&context, [](Context*) {}),
+      context_ptr,
       torch::optim::SGD(model->parameters(),
                         torch::optim::SGDOptions(options.lr).momentum(options.momentum)),
       *model, dist_options);

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 
 #include "gradwire/context.h"
@@ -46,6 +47,6 @@ struct TrainResult {
 void set_compute_threads(int threads);
 
 // Runs this rank's part of the job. All ranks must call it with the same options.
-TrainResult run_training(const TrainOptions& options, Context& context);
+TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> context);
 
 }  // namespace gradwire::train

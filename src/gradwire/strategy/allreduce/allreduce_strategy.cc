@@ -126,10 +126,9 @@ void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& g
   for (int r = 0; r < world; ++r) {
     ByteReader reader(all[r]);
     try {
-      for (size_t k : bucket.tensors) {
+      for (size_t j = 0; j < bucket.tensors.size(); ++j) {
         const uint32_t length = reader.get<uint32_t>("payload length");
         payloads[r].push_back(reader.get_bytes(length, "payload"));
-        (void)k;
       }
       reader.expect_end("bucket message");
     } catch (const PayloadError& e) {
