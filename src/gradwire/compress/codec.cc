@@ -17,6 +17,16 @@ bool is_known_codec(uint8_t id) {
     case CodecId::kFp16:
     case CodecId::kTopK:
     case CodecId::kTwoBit:
+    case CodecId::kLaplaceTopK:
+    case CodecId::kGaussianK:
+    case CodecId::kRandomK:
+    case CodecId::kDgc:
+    case CodecId::kQsgd:
+    case CodecId::kTernGrad:
+    case CodecId::kSignSgd:
+    case CodecId::kBf16:
+    case CodecId::kSpectral:
+    case CodecId::kPowerSgd:
       return true;
   }
   return false;
@@ -64,6 +74,26 @@ const char* codec_id_name(CodecId id) {
       return "topk";
     case CodecId::kTwoBit:
       return "2bit";
+    case CodecId::kLaplaceTopK:
+      return "laplace-topk";
+    case CodecId::kGaussianK:
+      return "gaussiank";
+    case CodecId::kRandomK:
+      return "randomk";
+    case CodecId::kDgc:
+      return "dgc";
+    case CodecId::kQsgd:
+      return "qsgd";
+    case CodecId::kTernGrad:
+      return "terngrad";
+    case CodecId::kSignSgd:
+      return "signsgd";
+    case CodecId::kBf16:
+      return "bf16";
+    case CodecId::kSpectral:
+      return "spectral";
+    case CodecId::kPowerSgd:
+      return "powersgd";
   }
   return "unknown";
 }

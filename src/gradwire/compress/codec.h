@@ -32,6 +32,16 @@ enum class CodecId : uint8_t {
   kFp16 = 2,
   kTopK = 3,
   kTwoBit = 4,
+  kLaplaceTopK = 5,
+  kGaussianK = 6,
+  kRandomK = 7,
+  kDgc = 8,
+  kQsgd = 9,
+  kTernGrad = 10,
+  kSignSgd = 11,
+  kBf16 = 12,
+  kSpectral = 13,
+  kPowerSgd = 14,
 };
 
 // Element type of an additive codec's wire values.

@@ -4,6 +4,7 @@
 #include <map>
 
 #include "gradwire/compress/codecs.h"
+// codec family headers:
 #include "gradwire/compress/error_feedback.h"
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
@@ -35,6 +36,9 @@ const CodecTable& codec_table() {
     add(t, "fp16", make_fp16_codec, false);
     add(t, "topk", make_topk_codec, true);
     add(t, "2bit", make_two_bit_codec, true);
+    // sparsifiers:
+    // quantizers:
+    // spectral:
     return t;
   }();
   return table;
