@@ -49,7 +49,9 @@ TEST_P(ErrorFeedbackConservation, MessageFace) {
 
 INSTANTIATE_TEST_SUITE_P(Codecs, ErrorFeedbackConservation,
                          ::testing::Values("topk", "topk:density=0.3", "2bit",
-                                           "2bit:threshold=0.05", "fp16:ef=1", "none:ef=1"));
+                                           "2bit:threshold=0.05", "fp16:ef=1", "none:ef=1",
+                                           "signsgd", "qsgd:levels=15,bucket=128,ef=1",
+                                           "qsgd:levels=127,ef=1", "terngrad:ef=1", "bf16:ef=1"));
 
 // Momentum correction against a plain reference: u = m u + g; a = u + r; send top-k(a);
 // r = a with the sent entries zeroed; u zeroed at the sent entries (DGC's masking).

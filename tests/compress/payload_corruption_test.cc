@@ -29,7 +29,14 @@ const Case kCases[] = {{"none", 37},
                        {"topk:density=0.05", 203},
                        {"topk:density=0.5", 203},
                        {"2bit", 203},
-                       {"2bit:threshold=0.1", 64}};
+                       {"2bit:threshold=0.1", 64},
+                       {"qsgd", 203},
+                       {"qsgd:levels=1,bucket=50", 203},
+                       {"qsgd:levels=3,bucket=64", 203},
+                       {"qsgd:levels=127,bucket=10", 37},
+                       {"terngrad", 203},
+                       {"signsgd", 203},
+                       {"bf16", 37}};
 
 // Decoding `payload` must throw E and leave the accumulator unchanged.
 template <typename E>

@@ -78,19 +78,19 @@ TEST_P(EveryCodecTest, RanksEndBitwiseEqual) {
   for (int r = 1; r < world; ++r) EXPECT_EQ(finals[r], finals[0]) << "rank " << r;
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, EveryCodecTest,
-                         ::testing::Combine(::testing::Values("none", "fp16", "topk:density=0.05",
-                                                              "2bit", "topk:density=0.1,ef=0",
-                                                              "fp16:ef=1"),
-                                            ::testing::Values(2, 4)),
-                         [](const auto& info) {
-                           std::string name = std::get<0>(info.param) + "_" +
-                                              std::to_string(std::get<1>(info.param));
-                           for (char& ch : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return name;
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, EveryCodecTest,
+    ::testing::Combine(::testing::Values("none", "fp16", "topk:density=0.05", "powersgd:rank=2",
+                                         "hylo", "conv=filter-topk:rate=0.5,fc=2bit,other=none",
+                                         "2bit", "topk:density=0.1,ef=0", "fp16:ef=1"),
+                       ::testing::Values(2, 4)),
+    [](const auto& info) {
+      std::string name = std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
+      for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return name;
+    });
 
 TEST(AllreduceStrategyTest, NoneAveragesExactly) {
   const std::vector<TensorInfo> tensors{{"w", {6}, LayerKind::kNorm}};

@@ -14,4 +14,7 @@ void add_run_command(CLI::App& app, int& exit_code);
 // `gradwire train ...`: the built-in training job.
 void add_train_command(CLI::App& app, int& exit_code);
 
+// `gradwire bench codecs ...`: the codec benchmarks.
+void add_bench_command(CLI::App& app, int& exit_code);
+
 }  // namespace gradwire::cli

@@ -14,6 +14,7 @@ int main(int argc, char** argv) {
   int exit_code = 0;
   gradwire::cli::add_run_command(app, exit_code);
   gradwire::cli::add_train_command(app, exit_code);
+  gradwire::cli::add_bench_command(app, exit_code);
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

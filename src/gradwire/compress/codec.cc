@@ -27,6 +27,7 @@ bool is_known_codec(uint8_t id) {
     case CodecId::kBf16:
     case CodecId::kSpectral:
     case CodecId::kPowerSgd:
+    case CodecId::kFilterTopK:
       return true;
   }
   return false;
@@ -94,6 +95,8 @@ const char* codec_id_name(CodecId id) {
       return "spectral";
     case CodecId::kPowerSgd:
       return "powersgd";
+    case CodecId::kFilterTopK:
+      return "filter-topk";
   }
   return "unknown";
 }

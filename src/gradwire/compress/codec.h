@@ -42,6 +42,7 @@ enum class CodecId : uint8_t {
   kBf16 = 12,
   kSpectral = 13,
   kPowerSgd = 14,
+  kFilterTopK = 15,
 };
 
 // Element type of an additive codec's wire values.
@@ -78,6 +79,8 @@ struct PayloadHeader {
 
 const char* codec_id_name(CodecId id);
 
+class LowRankFace;
+
 class Codec {
  public:
   virtual ~Codec() = default;
@@ -110,6 +113,27 @@ class Codec {
   virtual void from_wire(const void* wire, std::span<float> out) const;
   // Like to_wire, and replaces `a` with a - from_wire(wire) / scale.
   virtual void to_wire_residual(std::span<float> a, float scale, void* wire);
+
+  // Low-rank face (PowerSGD): non-null when the codec can run the allreduce-friendly
+  // three-phase protocol of LowRankFace below. Strategies without allreduce ignore it and
+  // use the message face.
+  virtual LowRankFace* low_rank() { return nullptr; }
+};
+
+// PowerSGD's exchange (ALGORITHMS.md 3), driven by a strategy that owns the allreduces:
+//   begin(g, p):   M = g + E;  p = M Q                      -> allreduce-mean p
+//   middle(p, q):  P = orthonormalise(p);  q = M^T P        -> allreduce-mean q
+//   end(q, g):     Q = q (warm start);  g = P Q^T;  E = M - g
+// Factors are row-major: P is rows x rank, Q is stored transposed (rank x cols) so that
+// every loop runs over contiguous memory.
+class LowRankFace {
+ public:
+  virtual ~LowRankFace() = default;
+  virtual size_t p_size() const = 0;
+  virtual size_t q_size() const = 0;
+  virtual void begin(std::span<const float> gradient, std::span<float> p) = 0;
+  virtual void middle(std::span<const float> p_mean, std::span<float> q) = 0;
+  virtual void end(std::span<const float> q_mean, std::span<float> gradient) = 0;
 };
 
 }  // namespace gradwire::compress

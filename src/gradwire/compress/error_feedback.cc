@@ -28,9 +28,10 @@ namespace {
 
 }  // namespace
 
-ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> inner, float momentum)
-    : inner_(std::move(inner)), momentum_(momentum) {
+ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> inner, float momentum, bool mask_momentum)
+    : inner_(std::move(inner)), momentum_(momentum), mask_momentum_(mask_momentum) {
   if (!inner_) throw Error("ErrorFeedback needs a codec to wrap (got null)");
+  fused_ = dynamic_cast<FusedAccumulate*>(inner_.get());
   if (!(momentum >= 0.0f && momentum < 1.0f)) {
     throw ConfigError("error feedback momentum=" + format_number(momentum) + " must be in [0, 1)");
   }
@@ -40,17 +41,20 @@ ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> inner, float momentum)
   spec_ = spec.to_string();
 }
 
-void ErrorFeedback::accumulate(std::span<const float> gradient) {
+void ErrorFeedback::reserve(size_t n) {
   if (!started_) {
-    residual_.assign(gradient.size(), 0.0f);
-    if (momentum_ > 0.0f) velocity_.assign(gradient.size(), 0.0f);
+    residual_.assign(n, 0.0f);
+    if (momentum_ > 0.0f) velocity_.assign(n, 0.0f);
     started_ = true;
-  } else if (gradient.size() != residual_.size()) {
+  } else if (n != residual_.size()) {
     throw Error("error feedback for codec '" + spec_ + "' holds a residual of " +
-                std::to_string(residual_.size()) + " elements but was given " +
-                std::to_string(gradient.size()) +
+                std::to_string(residual_.size()) + " elements but was given " + std::to_string(n) +
                 "; a codec serves exactly one tensor (create one per tensor)");
   }
+}
+
+void ErrorFeedback::accumulate(std::span<const float> gradient) {
+  reserve(gradient.size());
   if (momentum_ > 0.0f) {
     // u = m u + g; a = u + r, kept in r.
     momentum_kernel(gradient.data(), velocity_.data(), residual_.data(), gradient.size(),
@@ -62,13 +66,19 @@ void ErrorFeedback::accumulate(std::span<const float> gradient) {
 }
 
 void ErrorFeedback::encode(std::span<const float> gradient, Bytes& out) {
+  if (fused_ && momentum_ == 0.0f) {
+    // a = g + r and r <- a - D(C(a)), the add folded into the codec's first pass.
+    reserve(gradient.size());
+    fused_->add_encode_residual(gradient, residual_, out);
+    return;
+  }
   accumulate(gradient);
-  if (momentum_ > 0.0f) before_.assign(residual_.begin(), residual_.end());
+  const bool mask = momentum_ > 0.0f && mask_momentum_;
+  if (mask) before_.assign(residual_.begin(), residual_.end());
   // r <- a - D(C(a))
   inner_->encode_residual(residual_, out);
   // Momentum factor masking: coordinates that were sent restart their momentum.
-  if (momentum_ > 0.0f)
-    mask_kernel(before_.data(), residual_.data(), velocity_.data(), residual_.size());
+  if (mask) mask_kernel(before_.data(), residual_.data(), velocity_.data(), residual_.size());
 }
 
 void ErrorFeedback::decode_add(std::span<const uint8_t> payload, std::span<float> accum) const {

@@ -7,9 +7,9 @@
 // rounding). The residual is allocated, zeroed, on first use and is tied to that size.
 //
 // With momentum m > 0 (spec key `momentum`), momentum is applied before compression
-// (DGC's momentum correction without masking; EF-SGDM of Zheng et al. 2019):
+// (DGC's momentum correction; EF-SGDM of Zheng et al. 2019):
 //
-//   u = m u + g;  a = u + r;  send C(a);  r <- a - D(C(a))
+//   u = m u + g;  a = u + r;  send C(a);  r <- a - D(C(a));  u_i <- 0 where sent (masking)
 //
 // and the optimizer must then run without momentum: the aggregate of D(C(a)) over ranks is
 // already the momentum update. Heavy-ball momentum applied after aggregation amplifies the
@@ -26,9 +26,25 @@
 
 namespace gradwire::compress {
 
+// Implemented (besides Codec) by a codec that can fold error feedback's r += g into its own
+// first pass over r, saving a pass over memory (2bit: the pass that sums |a| for its
+// threshold). add_encode_residual(g, r, out) must leave r and out exactly as r[i] += g[i]
+// followed by encode_residual(r, out) would. ErrorFeedback uses it when momentum is off.
+class FusedAccumulate {
+ public:
+  virtual void add_encode_residual(std::span<const float> gradient, std::span<float> residual,
+                                   Bytes& out) = 0;
+
+ protected:
+  ~FusedAccumulate() = default;
+};
+
 class ErrorFeedback final : public Codec {
  public:
-  explicit ErrorFeedback(std::unique_ptr<Codec> inner, float momentum = 0.0f);
+  // mask_momentum: zero u at the coordinates a payload sent (DGC's momentum factor
+  // masking; for codecs that send a subset of the coordinates).
+  explicit ErrorFeedback(std::unique_ptr<Codec> inner, float momentum = 0.0f,
+                         bool mask_momentum = true);
 
   CodecId id() const override { return inner_->id(); }
   // The inner codec's canonical spec with ef=1 (and momentum=m when set).
@@ -52,13 +68,17 @@ class ErrorFeedback final : public Codec {
  private:
   // r += g (or u = m u + g; r += u), allocating r and u on first use.
   void accumulate(std::span<const float> gradient);
+  // Allocates r (and u) on first use; throws if `n` differs from their size.
+  void reserve(size_t n);
 
   std::unique_ptr<Codec> inner_;
+  FusedAccumulate* fused_ = nullptr;  // inner_ as FusedAccumulate, when it is one
   std::string spec_;
   std::vector<float> residual_;
   std::vector<float> velocity_;  // u, only with momentum
   std::vector<float> before_;    // a before encoding, to find the sent coordinates
   float momentum_;
+  bool mask_momentum_;
   bool started_ = false;
 };
 

@@ -2,10 +2,15 @@
 
 #include <functional>
 #include <map>
+#include <set>
 
 #include "gradwire/compress/codecs.h"
 // codec family headers:
 #include "gradwire/compress/error_feedback.h"
+#include "gradwire/compress/layer_codecs.h"
+#include "gradwire/compress/quantizers.h"
+#include "gradwire/compress/sparsifiers.h"
+#include "gradwire/compress/spectral_codec.h"
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
 
@@ -16,13 +21,24 @@ using CodecFactory = std::function<std::unique_ptr<Codec>(SpecReader&, const Ten
 
 struct CodecEntry {
   CodecFactory factory;
-  bool default_ef;  // error feedback unless the spec says ef=0
+  bool default_ef;     // error feedback unless the spec says ef=0
+  bool mask_momentum;  // with momentum correction, sent coordinates restart their momentum
+                       // (DGC's masking: right for codecs that send a subset, wrong for
+                       // dense ones, where it would cancel momentum altogether)
 };
 
 using CodecTable = std::map<std::string, CodecEntry>;
 
-void add(CodecTable& table, const std::string& name, CodecFactory factory, bool default_ef) {
-  if (!table.emplace(name, CodecEntry{std::move(factory), default_ef}).second) {
+// Codecs that read `ef` themselves and are never wrapped in ErrorFeedback: PowerSGD
+// computes its error inside its low-rank protocol.
+const std::set<std::string>& own_error_feedback() {
+  static const std::set<std::string> names{"powersgd"};
+  return names;
+}
+
+void add(CodecTable& table, const std::string& name, CodecFactory factory, bool default_ef,
+         bool mask_momentum = false) {
+  if (!table.emplace(name, CodecEntry{std::move(factory), default_ef, mask_momentum}).second) {
     throw Error("codec '" + name + "' is registered twice");
   }
 }
@@ -34,11 +50,23 @@ const CodecTable& codec_table() {
     CodecTable t;
     add(t, "none", make_none_codec, false);
     add(t, "fp16", make_fp16_codec, false);
-    add(t, "topk", make_topk_codec, true);
-    add(t, "2bit", make_two_bit_codec, true);
+    add(t, "topk", make_topk_codec, true, /*mask_momentum=*/true);
+    add(t, "2bit", make_two_bit_codec, true, /*mask_momentum=*/true);
     // sparsifiers:
+    add(t, "laplace-topk", make_laplace_topk_codec, true, /*mask_momentum=*/true);
+    add(t, "gaussiank", make_gaussian_k_codec, true, /*mask_momentum=*/true);
+    add(t, "randomk", make_random_k_codec, true, /*mask_momentum=*/true);
+    add(t, "dgc", make_dgc_codec, true, /*mask_momentum=*/true);
     // quantizers:
+    add(t, "qsgd", make_qsgd_codec, false);
+    add(t, "terngrad", make_terngrad_codec, false);
+    add(t, "signsgd", make_sign_sgd_codec, true);
+    add(t, "bf16", make_bf16_codec, false);
     // spectral:
+    add(t, "spectral", make_spectral_codec, false);
+    // layer-aware:
+    add(t, "filter-topk", make_filter_topk_codec, true, /*mask_momentum=*/true);
+    add(t, "powersgd", make_powersgd_codec, /*default_ef=*/false);  // own_error_feedback()
     return t;
   }();
   return table;
@@ -60,6 +88,10 @@ std::unique_ptr<Codec> create_codec(const std::string& spec_text, const TensorIn
   }
   SpecReader reader(spec, "codec");
   std::unique_ptr<Codec> codec = it->second.factory(reader, tensor);
+  if (own_error_feedback().count(spec.name)) {
+    reader.finish();
+    return codec;
+  }
   const bool ef = reader.get_bool("ef", it->second.default_ef);
   const double momentum = reader.get_double_in("momentum", 0.0, 0.0, 0.999);
   reader.finish();
@@ -67,7 +99,10 @@ std::unique_ptr<Codec> create_codec(const std::string& spec_text, const TensorIn
     throw ConfigError("codec '" + spec.name +
                       "': momentum (applied before compression) needs error feedback (ef=1)");
   }
-  if (ef) codec = std::make_unique<ErrorFeedback>(std::move(codec), static_cast<float>(momentum));
+  if (ef) {
+    codec = std::make_unique<ErrorFeedback>(std::move(codec), static_cast<float>(momentum),
+                                            it->second.mask_momentum);
+  }
   return codec;
 }
 

@@ -20,12 +20,15 @@
 // last N % 64 elements follow four a byte in order (element 4b + q of the tail in bits
 // 2q..2q+1 of tail byte b), unused high bits zero.
 #include <algorithm>
+#include <bit>
 #include <cfloat>
 #include <cmath>
 #include <cstdio>
 #include <utility>
 
 #include "gradwire/compress/codecs.h"
+#include "gradwire/compress/error_feedback.h"
+#include "gradwire/core/half.h"
 
 namespace gradwire::compress {
 namespace {
@@ -41,6 +44,30 @@ inline float decoded_of(float x, float t, float v) {
 inline float value_of_code(uint32_t code, float t) {
   const float v = code == 3u ? t : 0.0f;
   return code == 2u ? -t : v;
+}
+
+// The same code and decoded value with masks (t > 0, so |x| >= t is "x >= t or x <= -t" and
+// the sign bit tells them apart), for the fused residual loop below: one compare serves both.
+inline uint32_t selected_mask(float x, float t) { return mask_if(std::fabs(x) >= t); }
+inline float masked_decoded(float x, uint32_t selected, uint32_t v_bits) {
+  return std::bit_cast<float>(selected & (v_bits | (std::bit_cast<uint32_t>(x) & 0x80000000u)));
+}
+// Code of element 16q + j of a group, in place for byte j (bits 2q, 2q + 1), from its
+// selection mask: 11 when selected, 10 when selected and negative. Built from masks narrowed
+// to 8 bits, which GCC packs with fewer instructions than 32-bit codes.
+inline uint8_t group_code(float x, uint32_t selected, size_t q) {
+  const auto negative =
+      static_cast<uint8_t>(static_cast<int32_t>(std::bit_cast<uint32_t>(x)) >> 31);
+  return static_cast<uint8_t>(static_cast<uint8_t>(selected) &
+                              ((3u << (2 * q)) ^ (negative & (1u << (2 * q)))));
+}
+
+// As group_code, and x <- x - D(C(x)) for element 16q + j.
+inline uint8_t group_code_residual(float* x, size_t j, size_t q, float t, uint32_t v_bits) {
+  const float a = x[16 * q + j];
+  const uint32_t selected = selected_mask(a, t);
+  x[16 * q + j] = a - masked_decoded(a, selected, v_bits);
+  return group_code(a, selected, q);
 }
 
 size_t body_bytes(size_t n) { return (n + 3) / 4; }
@@ -68,23 +95,48 @@ void encode_tail(const float* a, uint8_t* out, size_t m, float t) {
   encode_tail(a + kGroup * groups, out + kGroupBytes * groups, n % kGroup, t);
 }
 
-// Codes as encode_kernel, and r <- a - D(C(a)) in the same pass (codes decode to +-v).
+// Codes as encode_kernel, and r <- a - D(C(a)) in the same pass (codes decode to +-v). The
+// four elements of byte j are spelled out so that the loop over j is the innermost and
+// vectorizes, each element loaded and compared once.
 [[gnu::noinline]] void encode_residual_kernel(float* __restrict a, uint8_t* __restrict out,
                                               size_t n, float t, float v) {
+  const uint32_t v_bits = std::bit_cast<uint32_t>(v);
   const size_t groups = n / kGroup;
   for (size_t g = 0; g < groups; ++g) {
     float* x = a + kGroup * g;
     uint8_t* o = out + kGroupBytes * g;
     for (size_t j = 0; j < kGroupBytes; ++j) {
-      o[j] = static_cast<uint8_t>(code_of(x[j], t) | (code_of(x[16 + j], t) << 2) |
-                                  (code_of(x[32 + j], t) << 4) | (code_of(x[48 + j], t) << 6));
+      o[j] = static_cast<uint8_t>(
+          group_code_residual(x, j, 0, t, v_bits) | group_code_residual(x, j, 1, t, v_bits) |
+          group_code_residual(x, j, 2, t, v_bits) | group_code_residual(x, j, 3, t, v_bits));
     }
-    for (size_t j = 0; j < kGroup; ++j) x[j] -= decoded_of(x[j], t, v);
   }
   float* tail = a + kGroup * groups;
   const size_t m = n % kGroup;
   encode_tail(tail, out + kGroupBytes * groups, m, t);
   for (size_t i = 0; i < m; ++i) tail[i] -= decoded_of(tail[i], t, v);
+}
+
+// r += g, then encode_residual_kernel's codes and update, in one pass (fixed threshold).
+[[gnu::noinline]] void add_encode_residual_kernel(const float* __restrict g, float* __restrict r,
+                                                  uint8_t* __restrict out, size_t n, float t) {
+  const uint32_t t_bits = std::bit_cast<uint32_t>(t);
+  const size_t groups = n / kGroup;
+  for (size_t gi = 0; gi < groups; ++gi) {
+    const float* y = g + kGroup * gi;
+    float* x = r + kGroup * gi;
+    uint8_t* o = out + kGroupBytes * gi;
+    for (size_t j = 0; j < kGroup; ++j) x[j] += y[j];
+    for (size_t j = 0; j < kGroupBytes; ++j) {
+      o[j] = static_cast<uint8_t>(
+          group_code_residual(x, j, 0, t, t_bits) | group_code_residual(x, j, 1, t, t_bits) |
+          group_code_residual(x, j, 2, t, t_bits) | group_code_residual(x, j, 3, t, t_bits));
+    }
+  }
+  const size_t done = kGroup * groups;
+  for (size_t i = done; i < n; ++i) r[i] += g[i];
+  encode_tail(r + done, out + kGroupBytes * groups, n - done, t);
+  for (size_t i = done; i < n; ++i) r[i] -= decoded_of(r[i], t, t);
 }
 
 [[gnu::noinline]] void decode_add_kernel(const uint8_t* __restrict in, float* __restrict accum,
@@ -116,11 +168,15 @@ void encode_tail(const float* a, uint8_t* out, size_t m, float t) {
   return bad;
 }
 
+// `#pragma GCC unroll 1` keeps the reductions' 16-lane inner loops rolled: GCC 12 -O3
+// (the Release build) otherwise unrolls them completely and then vectorizes across blocks
+// with shuffles, twice as slow; rolled, they vectorize alike at -O2 and -O3.
 // sum |a_i| with kVectorBlock partial sums, so the loop vectorizes.
 [[gnu::noinline]] float sum_abs_kernel(const float* __restrict a, size_t n) {
   float partial[kVectorBlock] = {};
   size_t i = 0;
   for (; i + kVectorBlock <= n; i += kVectorBlock) {
+#pragma GCC unroll 1
     for (size_t j = 0; j < kVectorBlock; ++j) partial[j] += std::fabs(a[i + j]);
   }
   float sum = 0.0f;
@@ -129,13 +185,70 @@ void encode_tail(const float* a, uint8_t* out, size_t m, float t) {
   return sum;
 }
 
-// sum |a_i| over the elements with |a_i| >= t, and how many there are.
-[[gnu::noinline]] std::pair<float, size_t> selected_sum_kernel(const float* __restrict a, size_t n,
-                                                               float t) {
+// r += g and sum |r_i| (after the add) in one pass: the same float operations in the same
+// order as the error-feedback add followed by sum_abs_kernel, so the same results.
+[[gnu::noinline]] float add_sum_abs_kernel(const float* __restrict g, float* __restrict r,
+                                           size_t n) {
+  float partial[kVectorBlock] = {};
+  size_t i = 0;
+  for (; i + kVectorBlock <= n; i += kVectorBlock) {
+#pragma GCC unroll 1
+    for (size_t j = 0; j < kVectorBlock; ++j) {
+      const float a = r[i + j] + g[i + j];
+      r[i + j] = a;
+      partial[j] += std::fabs(a);
+    }
+  }
+  float sum = 0.0f;
+  for (; i < n; ++i) {
+    r[i] += g[i];
+    sum += std::fabs(r[i]);
+  }
+  for (float p : partial) sum += p;
+  return sum;
+}
+
+// Adds element 16q + j of a group to lane j's selected sum and count; returns its code.
+// (m >= t ? m : +0) as a mask, so the sums are those of the plain ternary.
+inline uint8_t group_select(const float* x, size_t j, size_t q, float t, float& sum,
+                            uint32_t& count) {
+  const float m = std::fabs(x[16 * q + j]);
+  const uint32_t selected = mask_if(m >= t);
+  sum += std::bit_cast<float>(std::bit_cast<uint32_t>(m) & selected);
+  count -= selected;  // + 1 when selected
+  return group_code(x[16 * q + j], selected, q);
+}
+
+// sum |a_i| over the elements with |a_i| >= t and how many there are, in kVectorBlock lanes
+// (element i in lane i % 16, each lane summed in index order, then the lanes in order), and
+// the codes of encode_kernel, in one pass. n <= UINT32_MAX, so the u32 lane counts cannot
+// overflow.
+[[gnu::noinline]] std::pair<float, size_t> selected_sum_codes_kernel(const float* __restrict a,
+                                                                     uint8_t* __restrict out,
+                                                                     size_t n, float t) {
+  static_assert(kGroupBytes == kVectorBlock);
   float partial[kVectorBlock] = {};
   uint32_t counts[kVectorBlock] = {};
-  size_t i = 0;
-  for (; i + kVectorBlock <= n && n - i <= UINT32_MAX; i += kVectorBlock) {
+  const size_t groups = n / kGroup;
+  for (size_t g = 0; g < groups; ++g) {
+    const float* x = a + kGroup * g;
+    uint8_t* o = out + kGroupBytes * g;
+#pragma GCC unroll 1
+    for (size_t j = 0; j < kGroupBytes; ++j) {
+      float sum = partial[j];
+      uint32_t count = counts[j];
+      uint8_t byte = group_select(x, j, 0, t, sum, count);
+      byte |= group_select(x, j, 1, t, sum, count);
+      byte |= group_select(x, j, 2, t, sum, count);
+      byte |= group_select(x, j, 3, t, sum, count);
+      partial[j] = sum;
+      counts[j] = count;
+      o[j] = byte;
+    }
+  }
+  size_t i = kGroup * groups;
+  encode_tail(a + i, out + kGroupBytes * groups, n - i, t);
+  for (; i + kVectorBlock <= n; i += kVectorBlock) {
     for (size_t j = 0; j < kVectorBlock; ++j) {
       const float m = std::fabs(a[i + j]);
       partial[j] += m >= t ? m : 0.0f;
@@ -158,6 +271,20 @@ void encode_tail(const float* a, uint8_t* out, size_t m, float t) {
   return {sum, count};
 }
 
+// a <- a - D(C(a)) for threshold t and magnitude v.
+[[gnu::noinline]] void subtract_decoded_kernel(float* __restrict a, size_t n, float t, float v) {
+  const uint32_t v_bits = std::bit_cast<uint32_t>(v);
+  const size_t groups = n / kGroup;
+  for (size_t g = 0; g < groups; ++g) {
+    float* x = a + kGroup * g;
+    for (size_t j = 0; j < kGroup; ++j)
+      x[j] -= masked_decoded(x[j], selected_mask(x[j], t), v_bits);
+  }
+  for (size_t i = kGroup * groups; i < n; ++i) {
+    a[i] -= masked_decoded(a[i], selected_mask(a[i], t), v_bits);
+  }
+}
+
 // The threshold t that selects elements, and the magnitude v that their codes decode to.
 struct Levels {
   float t;
@@ -166,7 +293,7 @@ struct Levels {
 
 // alpha > 0: adaptive, t = alpha * mean|a| and v = mean of the selected |a_i|;
 // alpha == 0: MXNet's fixed threshold, v = t.
-class TwoBitCodec final : public Codec {
+class TwoBitCodec final : public Codec, public FusedAccumulate {
  public:
   TwoBitCodec(float threshold, float alpha) : threshold_(threshold), alpha_(alpha) {}
 
@@ -179,15 +306,39 @@ class TwoBitCodec final : public Codec {
   }
 
   void encode(std::span<const float> input, Bytes& out) override {
-    const Levels levels = levels_for(input);
-    uint8_t* codes = write_prefix(input.size(), levels.v, out);
-    encode_kernel(input.data(), codes, input.size(), levels.t);
+    if (alpha_ == 0.0f) {
+      uint8_t* codes = write_prefix(input.size(), threshold_, out);
+      encode_kernel(input.data(), codes, input.size(), threshold_);
+      return;
+    }
+    encode_adaptive(input, sum_abs_kernel(input.data(), input.size()), out);
   }
 
   void encode_residual(std::span<float> a, Bytes& out) override {
-    const Levels levels = levels_for(a);
-    uint8_t* codes = write_prefix(a.size(), levels.v, out);
-    encode_residual_kernel(a.data(), codes, a.size(), levels.t, levels.v);
+    if (alpha_ == 0.0f) {
+      uint8_t* codes = write_prefix(a.size(), threshold_, out);
+      encode_residual_kernel(a.data(), codes, a.size(), threshold_, threshold_);
+      return;
+    }
+    const Levels levels = encode_adaptive(a, sum_abs_kernel(a.data(), a.size()), out);
+    subtract_decoded_kernel(a.data(), a.size(), levels.t, levels.v);
+  }
+
+  // Error feedback's r += g folded in: with threshold=auto into the pass that sums |a| (three
+  // passes over r in all instead of four), with a fixed threshold into the encoding pass
+  // (one instead of two).
+  void add_encode_residual(std::span<const float> g, std::span<float> r, Bytes& out) override {
+    if (g.size() != r.size()) {
+      throw Error("codec '2bit': gradient of " + std::to_string(g.size()) +
+                  " elements for a residual of " + std::to_string(r.size()));
+    }
+    if (alpha_ == 0.0f) {
+      uint8_t* codes = write_prefix(r.size(), threshold_, out);
+      add_encode_residual_kernel(g.data(), r.data(), codes, r.size(), threshold_);
+      return;
+    }
+    const Levels levels = encode_adaptive(r, add_sum_abs_kernel(g.data(), r.data(), r.size()), out);
+    subtract_decoded_kernel(r.data(), r.size(), levels.t, levels.v);
   }
 
   void decode_add(std::span<const uint8_t> payload, std::span<float> accum) const override {
@@ -215,22 +366,31 @@ class TwoBitCodec final : public Codec {
   }
 
  private:
-  Levels levels_for(std::span<const float> a) const {
-    if (alpha_ == 0.0f) return {threshold_, threshold_};
-    const float mean =
-        sum_abs_kernel(a.data(), a.size()) / static_cast<float>(std::max<size_t>(1, a.size()));
+  // threshold=auto given sum |a_i|: t = alpha mean|a|, then one pass that writes the codes
+  // and sums the selected magnitudes for v. Writes the payload; returns t and v.
+  Levels encode_adaptive(std::span<const float> a, float sum_abs, Bytes& out) const {
+    const size_t n = a.size();
+    const float mean = sum_abs / static_cast<float>(std::max<size_t>(1, n));
     if (!std::isfinite(mean)) {
       throw Error(
           "codec '2bit': the gradient (plus residual) has non-finite values; "
           "training diverged (lower the learning rate)");
     }
-    if (mean == 0.0f) return {FLT_MIN, FLT_MIN};  // all zeros: nothing is selected
-    const float t = std::max(alpha_ * mean, FLT_MIN);
-    const auto [sum, count] = selected_sum_kernel(a.data(), a.size(), t);
-    // count >= 1 whenever alpha <= 1 (some |a_i| >= mean); with a larger alpha nothing may
-    // pass, and then any positive v sends nothing.
-    const float v = count ? sum / static_cast<float>(count) : t;
-    return {t, std::isfinite(v) && v > 0.0f ? v : t};
+    const size_t v_at = out.size() + PayloadHeader::kSize;
+    uint8_t* codes = write_prefix(n, 0.0f, out);  // v is stored below
+    Levels levels{FLT_MIN, FLT_MIN};
+    if (mean == 0.0f) {  // all zeros: nothing is selected
+      encode_kernel(a.data(), codes, n, levels.t);
+    } else {
+      const float t = std::max(alpha_ * mean, FLT_MIN);
+      const auto [sum, count] = selected_sum_codes_kernel(a.data(), codes, n, t);
+      // count >= 1 whenever alpha <= 1 (some |a_i| >= mean); with a larger alpha nothing may
+      // pass, and then any positive v sends nothing.
+      const float v = count ? sum / static_cast<float>(count) : t;
+      levels = {t, std::isfinite(v) && v > 0.0f ? v : t};
+    }
+    store_f32(out.data() + v_at, 0, levels.v);
+    return levels;
   }
 
   // Header and decode magnitude; returns the (zeroed) code bytes to fill.

@@ -555,10 +555,16 @@ class Supervisor {
   }
 
   void reap() {
-    // Ranks found dead in the same pass may have died in any order (a rank that loses its
-    // peer fails a moment after it): all of them are reported, not only the first in rank
-    // order.
-    const bool stopping_before_pass = stopping_;
+    // First collect every rank that has exited, then judge them: ranks found dead in the
+    // same pass may have died in any order (a rank that loses its peer fails a moment
+    // after it), so all of them are reported, and none of them can have been stopped by a
+    // signal this pass sent, because stopping starts only after the collection.
+    struct Exit {
+      RankProcess* process;
+      int status;
+      bool status_lost;
+    };
+    std::vector<Exit> exits;
     for (RankProcess& process : ranks_) {
       if (!process.running) continue;
       int status = 0;
@@ -568,18 +574,22 @@ class Supervisor {
       } while (done < 0 && errno == EINTR);
       if (done == 0) continue;
       process.running = false;
-      if (done < 0) {
-        // ECHILD: another part of the host program reaped it; its status is lost.
-        if (!stopping_) {
-          record_failure_message(process, 1,
-                                 "rank " + std::to_string(process.rank) +
-                                     " was reaped by another part of the program");
-        }
-        continue;
+      // done < 0 (ECHILD): another part of the host program reaped it; its status is lost.
+      exits.push_back({&process, status, done < 0});
+    }
+    const bool stopping_before_pass = stopping_;
+    for (const Exit& exit : exits) {
+      if (stopping_before_pass) break;
+      if (exit.status_lost) {
+        record_failure_message(*exit.process, 1,
+                               "rank " + std::to_string(exit.process->rank) +
+                                   " was reaped by another part of the program");
+      } else if (!(WIFEXITED(exit.status) && WEXITSTATUS(exit.status) == 0)) {
+        record_failure(*exit.process, exit.status, "");
       }
-      bool success = WIFEXITED(status) && WEXITSTATUS(status) == 0;
-      if (!success && !stopping_before_pass) record_failure(process, status, "");
-      if (!killed_) stop_leftovers(process);
+    }
+    for (const Exit& exit : exits) {
+      if (!exit.status_lost && !killed_) stop_leftovers(*exit.process);
     }
   }
 

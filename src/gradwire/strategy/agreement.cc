@@ -33,11 +33,13 @@ std::vector<std::string> unpack(std::span<const uint8_t> bytes) {
 }  // namespace
 
 std::vector<std::string> configuration_lines(const std::string& strategy,
-                                             const std::string& codec_spec,
+                                             const compress::CodecPolicy& policy,
                                              std::span<const compress::TensorInfo> tensors) {
-  std::vector<std::string> lines{"strategy " + strategy, "codec " + codec_spec,
+  std::vector<std::string> lines{"strategy " + strategy, "codec " + policy.canonical(),
                                  "tensors " + std::to_string(tensors.size())};
-  for (const auto& t : tensors) lines.push_back("tensor " + t.name + " " + shape_string(t.shape));
+  for (const auto& t : tensors) {
+    lines.push_back("tensor " + t.name + " " + shape_string(t.shape) + " " + policy.spec_for(t));
+  }
   return lines;
 }
 

@@ -8,14 +8,15 @@
 
 #include "gradwire/comm/collectives.h"
 #include "gradwire/compress/codec.h"
+#include "gradwire/compress/policy.h"
 #include "gradwire/strategy/strategy.h"
 
 namespace gradwire::strategy {
 
-// One line per fact that must match across ranks: "strategy allreduce", "codec topk:...",
-// then "tensor <name> <shape>" for each tensor.
+// One line per fact that must match across ranks: "strategy allreduce", "codec <policy>",
+// then "tensor <name> <shape> <codec spec>" for each tensor.
 std::vector<std::string> configuration_lines(const std::string& strategy,
-                                             const std::string& codec_spec,
+                                             const compress::CodecPolicy& policy,
                                              std::span<const compress::TensorInfo> tensors);
 
 // Allgathers the lines and throws MismatchError naming the first rank and line that differ

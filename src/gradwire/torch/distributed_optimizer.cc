@@ -4,6 +4,7 @@
 
 #include "gradwire/comm/collectives.h"
 #include "gradwire/compress/layer_classification.h"
+#include "gradwire/compress/policy.h"
 #include "gradwire/compress/registry.h"
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
@@ -39,22 +40,31 @@ double common_heavy_ball_momentum(torch::optim::SGD& sgd) {
   return momentum > 0 ? momentum : 0;
 }
 
-// Moves heavy-ball momentum from `optimizer` into `codec` when the codec uses error feedback
-// on the message path (DistributedOptimizer's header says why). Returns the codec to use.
-std::string apply_momentum_correction(torch::optim::Optimizer& optimizer,
-                                      const std::string& codec) {
+// Moves heavy-ball momentum from `optimizer` into the codecs when some tensor's codec uses
+// error feedback on the allgather path (DistributedOptimizer's header says why). Returns
+// the policy to use.
+std::string apply_momentum_correction(torch::optim::Optimizer& optimizer, const std::string& codec,
+                                      const std::vector<compress::TensorInfo>& tensors) {
   auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
-  if (!sgd || !compress::uses_error_feedback(codec)) return codec;
-  const Spec spec = Spec::parse(codec);
-  if (spec.params.count("momentum")) return codec;  // the user chose
-  auto probe = compress::create_codec(codec, compress::TensorInfo{"probe", {1}});
-  if (probe->additive_wire()) return codec;  // allreduce path: no masking, keep optimizer
-  const double momentum = common_heavy_ball_momentum(*sgd);
+  if (!sgd) return codec;
+  const auto policy = compress::CodecPolicy::parse(codec);
+  bool needed = false;
+  for (const auto& tensor : tensors) {
+    const std::string spec = policy.spec_for(tensor);
+    const Spec parsed = Spec::parse(spec);
+    if (parsed.params.count("momentum")) return codec;  // the user chose
+    const auto codec_instance = policy.create(tensor);
+    if (compress::uses_error_feedback(spec) && !codec_instance->additive_wire() &&
+        !codec_instance->low_rank()) {
+      needed = true;
+    }
+  }
+  const double momentum = needed ? common_heavy_ball_momentum(*sgd) : 0.0;
   if (momentum <= 0) return codec;
   for (auto& group : sgd->param_groups()) {
     static_cast<torch::optim::SGDOptions&>(group.options()).momentum(0);
   }
-  return compress::with_momentum(codec, momentum);
+  return policy.with_momentum(momentum).canonical();
 }
 
 }  // namespace
@@ -106,8 +116,10 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
   }
 
   std::string codec = options.compressor;
-  if (options.momentum_correction) codec = apply_momentum_correction(*impl_->optimizer, codec);
-  impl_->codec_spec = compress::canonical_spec(codec);
+  if (options.momentum_correction) {
+    codec = apply_momentum_correction(*impl_->optimizer, codec, tensors);
+  }
+  impl_->codec_spec = compress::CodecPolicy::parse(codec).canonical();
 
   strategy::StrategyOptions strategy_options;
   strategy_options.name = options.strategy;

@@ -4,7 +4,7 @@
 #include <cstring>
 #include <optional>
 
-#include "gradwire/compress/registry.h"
+#include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
 #include "gradwire/strategy/agreement.h"
 
@@ -33,16 +33,23 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
     throw Error("start: " + std::to_string(tensors.size()) + " tensor descriptions for " +
                 std::to_string(params.size()) + " parameters");
   }
-  const std::string spec = compress::canonical_spec(options_.codec);
-  check_same_configuration(collectives_, configuration_lines(name(), spec, tensors));
+  const auto policy = compress::CodecPolicy::parse(options_.codec);
+  check_same_configuration(collectives_, configuration_lines(name(), policy, tensors));
   broadcast_from_rank0(collectives_, params);
   broadcast_from_rank0(collectives_, buffers);
 
   tensors_.assign(tensors.begin(), tensors.end());
-  for (const auto& t : tensors_) codecs_.push_back(compress::create_codec(options_.codec, t));
+  for (const auto& t : tensors_) codecs_.push_back(policy.create(t));
 
   // Reverse registration order approximates the order backward finishes gradients.
+  size_t p_size = 0, q_size = 0;
   for (size_t k = tensors_.size(); k-- > 0;) {
+    if (auto* face = codecs_[k]->low_rank()) {
+      low_rank_.push_back(k);
+      p_size += face->p_size();
+      q_size += face->q_size();
+      continue;
+    }
     const size_t n = tensors_[k].numel();
     const auto wire = codecs_[k]->additive_wire();
     const bool fits = !buckets_.empty() && buckets_.back().wire == wire &&
@@ -57,9 +64,12 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
     bucket.elements += n;
   }
   for (Bucket& bucket : buckets_) {
-    if (bucket.wire)
+    if (bucket.wire) {
       bucket.wire_buffer.resize(bucket.elements * compress::wire_type_size(*bucket.wire));
+    }
   }
+  p_buffer_.resize(p_size);
+  q_buffer_.resize(q_size);
   started_ = true;
 }
 
@@ -84,6 +94,7 @@ void AllreduceStrategy::synchronize(const FloatSpans& grads) {
     }
     traffic_.bytes_dense += bucket.elements * sizeof(float);
   }
+  if (!low_rank_.empty()) synchronize_low_rank(grads);
   traffic_.bytes_sent += collectives_.bytes_sent() - sent_before;
   ++traffic_.steps;
 }
@@ -152,6 +163,37 @@ void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& g
       }
     }
     for (float& v : grad) v *= scale;
+  }
+}
+
+// PowerSGD: P = M Q for every tensor, one allreduce; orthonormalise, Q = M^T P, one
+// allreduce; the averaged factors give every rank the same P Q^T.
+void AllreduceStrategy::synchronize_low_rank(const FloatSpans& grads) {
+  const float scale = 1.0f / static_cast<float>(collectives_.size());
+  size_t offset = 0;
+  for (size_t k : low_rank_) {
+    auto* face = codecs_[k]->low_rank();
+    face->begin(grads[k], std::span<float>(p_buffer_).subspan(offset, face->p_size()));
+    offset += face->p_size();
+  }
+  collectives_.allreduce_sum(p_buffer_.data(), p_buffer_.size(), comm::DataType::kFloat32);
+  for (float& v : p_buffer_) v *= scale;
+  size_t p_offset = 0, q_offset = 0;
+  for (size_t k : low_rank_) {
+    auto* face = codecs_[k]->low_rank();
+    face->middle(std::span<const float>(p_buffer_).subspan(p_offset, face->p_size()),
+                 std::span<float>(q_buffer_).subspan(q_offset, face->q_size()));
+    p_offset += face->p_size();
+    q_offset += face->q_size();
+  }
+  collectives_.allreduce_sum(q_buffer_.data(), q_buffer_.size(), comm::DataType::kFloat32);
+  for (float& v : q_buffer_) v *= scale;
+  q_offset = 0;
+  for (size_t k : low_rank_) {
+    auto* face = codecs_[k]->low_rank();
+    face->end(std::span<const float>(q_buffer_).subspan(q_offset, face->q_size()), grads[k]);
+    q_offset += face->q_size();
+    traffic_.bytes_dense += grads[k].size_bytes();
   }
 }
 

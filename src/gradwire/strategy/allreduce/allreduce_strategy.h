@@ -9,6 +9,8 @@
 //    the bucket's payloads are allgathered as one message, and every rank decodes all
 //    ranks' payloads in rank order, sums and divides by world. Decoding its own payload
 //    too (instead of using its raw gradient) keeps all ranks bitwise equal.
+// Tensors whose codec has a low-rank face (PowerSGD) are exchanged after the buckets, all
+// together, in two allreduces per step: every tensor's P, then every tensor's Q.
 #pragma once
 
 #include <memory>
@@ -21,7 +23,7 @@
 namespace gradwire::strategy {
 
 struct AllreduceOptions {
-  std::string codec = "none";
+  std::string codec = "none";       // a layer policy (compress/policy.h): one spec, per kind, hylo
   size_t bucket_bytes = 25u << 20;  // DDP's default bucket_cap_mb = 25
 };
 
@@ -43,12 +45,15 @@ class AllreduceStrategy : public Strategy {
   struct Bucket;
   void synchronize_additive(Bucket& bucket, const FloatSpans& grads);
   void synchronize_messages(Bucket& bucket, const FloatSpans& grads);
+  void synchronize_low_rank(const FloatSpans& grads);
 
   comm::Collectives& collectives_;
   AllreduceOptions options_;
   std::vector<compress::TensorInfo> tensors_;
   std::vector<std::unique_ptr<compress::Codec>> codecs_;  // one per tensor
   std::vector<Bucket> buckets_;
+  std::vector<size_t> low_rank_;            // tensors exchanged by synchronize_low_rank
+  std::vector<float> p_buffer_, q_buffer_;  // their concatenated P and Q factors
   TrafficStats traffic_;
   bool started_ = false;
 };

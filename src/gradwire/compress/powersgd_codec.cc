@@ -1,0 +1,254 @@
+// `powersgd`: rank-r PowerSGD (Vogels et al. 2019; ALGORITHMS.md 3), spec
+// `powersgd:rank=2,ef=1,seed=0`.
+//
+// A tensor of two or more dimensions is a matrix M of n = shape[0] rows and m = numel/n
+// columns (a convolution weight: C_out x C_in*kh*kw). Q starts N(0, 1) from a generator
+// seeded by `seed` and the tensor's name, so every rank starts from the same Q, and is warm
+// started from step to step. Error feedback (E) is the codec's own (key `ef`, on by
+// default), because the low-rank protocol computes the error itself.
+//
+// Faces:
+//  * low rank (allreduce strategy): LowRankFace in codec.h, two allreduces per step.
+//  * message (other strategies): the local factors. encode: M = a + E, P = orth(M Q),
+//    Q = M^T P, send P and Q^T; decode_add: accum += P Q^T. Body: u32 rows | u32 cols |
+//    u32 rank | f32 P[rows*rank] | f32 Qt[rank*cols].
+// Tensors of fewer than two dimensions are not compressed: they behave exactly like `none`
+// (additive, fp32), as in the reference implementation.
+#include <algorithm>
+#include <cmath>
+#include <numeric>
+
+#include "gradwire/compress/codecs.h"
+#include "gradwire/compress/layer_codecs.h"
+
+namespace gradwire::compress {
+namespace {
+
+inline constexpr uint8_t kPowerSgdVersion = 1;
+
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+// N(0, 1) by Box-Muller over splitmix64: the same numbers on every platform.
+void fill_normal(std::span<float> out, uint64_t seed) {
+  uint64_t state = seed;
+  for (size_t i = 0; i < out.size(); i += 2) {
+    const double u1 = (static_cast<double>(splitmix64(state) >> 11) + 1.0) * 0x1.0p-53;
+    const double u2 = static_cast<double>(splitmix64(state) >> 11) * 0x1.0p-53;
+    const double radius = std::sqrt(-2.0 * std::log(u1));
+    out[i] = static_cast<float>(radius * std::cos(2 * M_PI * u2));
+    if (i + 1 < out.size()) out[i + 1] = static_cast<float>(radius * std::sin(2 * M_PI * u2));
+  }
+}
+
+uint64_t name_hash(const std::string& name) {
+  uint64_t h = 0xcbf29ce484222325ULL;
+  for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
+  return h;
+}
+
+[[gnu::noinline]] float dot(const float* __restrict a, const float* __restrict b, size_t n) {
+  float partial[kVectorBlock] = {};
+  size_t i = 0;
+  for (; i + kVectorBlock <= n; i += kVectorBlock) {
+    for (size_t j = 0; j < kVectorBlock; ++j) partial[j] += a[i + j] * b[i + j];
+  }
+  float sum = 0.0f;
+  for (; i < n; ++i) sum += a[i] * b[i];
+  for (float p : partial) sum += p;
+  return sum;
+}
+
+// y += alpha x
+[[gnu::noinline]] void axpy(float alpha, const float* __restrict x, float* __restrict y, size_t n) {
+  vector_loop(n, [=](size_t i) { y[i] += alpha * x[i]; });
+}
+
+class PowerSgdCodec final : public Codec, public LowRankFace {
+ public:
+  PowerSgdCodec(const TensorInfo& tensor, size_t rank, bool ef, uint64_t seed, std::string spec)
+      : spec_(std::move(spec)), ef_(ef) {
+    const size_t numel = tensor.numel();
+    matrix_ = tensor.shape.size() >= 2 && numel > 0;
+    rows_ = matrix_ ? static_cast<size_t>(tensor.shape[0]) : numel;
+    cols_ = matrix_ ? numel / rows_ : 1;
+    rank_ = std::min({rank, rows_, cols_});
+    if (matrix_) {
+      qt_.resize(rank_ * cols_);
+      fill_normal(qt_, seed ^ name_hash(tensor.name));
+    }
+  }
+
+  CodecId id() const override { return CodecId::kPowerSgd; }
+  std::string spec() const override { return spec_; }
+  std::optional<WireType> additive_wire() const override {
+    return matrix_ ? std::nullopt : std::optional<WireType>(WireType::kFloat32);
+  }
+  LowRankFace* low_rank() override { return matrix_ ? this : nullptr; }
+
+  // Vectors: plain fp32, like `none`.
+  void to_wire(std::span<const float> input, float scale, void* wire) override {
+    auto* out = static_cast<float*>(wire);
+    for (size_t i = 0; i < input.size(); ++i) out[i] = scale * input[i];
+  }
+  void from_wire(const void* wire, std::span<float> out) const override {
+    std::memcpy(out.data(), wire, out.size_bytes());
+  }
+
+  size_t p_size() const override { return rows_ * rank_; }
+  size_t q_size() const override { return rank_ * cols_; }
+
+  void begin(std::span<const float> gradient, std::span<float> p) override {
+    check_size(gradient.size());
+    m_.resize(rows_ * cols_);
+    if (ef_ && error_.size() == m_.size()) {
+      for (size_t i = 0; i < m_.size(); ++i) m_[i] = gradient[i] + error_[i];
+    } else {
+      std::copy(gradient.begin(), gradient.end(), m_.begin());
+    }
+    multiply_mq(p);
+  }
+
+  void middle(std::span<const float> p_mean, std::span<float> q) override {
+    p_.assign(p_mean.begin(), p_mean.end());
+    orthonormalise_p();
+    multiply_mtp(q);
+  }
+
+  void end(std::span<const float> q_mean, std::span<float> gradient) override {
+    qt_.assign(q_mean.begin(), q_mean.end());
+    reconstruct(gradient);
+    if (ef_) {
+      error_.resize(m_.size());
+      for (size_t i = 0; i < m_.size(); ++i) error_[i] = m_[i] - gradient[i];
+    }
+  }
+
+  void encode(std::span<const float> input, Bytes& out) override {
+    ByteWriter writer(out);
+    PayloadHeader{CodecId::kPowerSgd, kPowerSgdVersion, checked_count(input.size(), id())}.write(
+        writer);
+    if (!matrix_) {
+      writer.put<uint32_t>(static_cast<uint32_t>(rows_));
+      writer.put<uint32_t>(1);
+      writer.put<uint32_t>(0);
+      writer.put_array<float>(input);
+      return;
+    }
+    p_.resize(p_size());
+    std::vector<float> q(q_size());
+    begin(input, p_);
+    middle(p_, q);
+    scratch_.resize(input.size());
+    end(q, scratch_);
+    writer.put<uint32_t>(static_cast<uint32_t>(rows_));
+    writer.put<uint32_t>(static_cast<uint32_t>(cols_));
+    writer.put<uint32_t>(static_cast<uint32_t>(rank_));
+    writer.put_array<float>(p_);
+    writer.put_array<float>(qt_);
+  }
+
+  void decode_add(std::span<const uint8_t> payload, std::span<float> accum) const override {
+    ByteReader reader(payload);
+    PayloadHeader::read_expected(reader, CodecId::kPowerSgd, kPowerSgdVersion, accum.size());
+    const uint32_t rows = reader.get<uint32_t>("rows");
+    const uint32_t cols = reader.get<uint32_t>("cols");
+    const uint32_t rank = reader.get<uint32_t>("rank");
+    if (rows != rows_ || cols != cols_ || (matrix_ ? rank != rank_ : rank != 0)) {
+      throw MismatchError(
+          "'powersgd' payload is " + std::to_string(rows) + "x" + std::to_string(cols) +
+          " of rank " + std::to_string(rank) + ", this tensor is " + std::to_string(rows_) + "x" +
+          std::to_string(cols_) + " of rank " + std::to_string(matrix_ ? rank_ : 0));
+    }
+    if (!matrix_) {
+      const auto values = reader.get_bytes(accum.size() * sizeof(float), "values");
+      reader.expect_end("'powersgd' payload");
+      for (size_t i = 0; i < accum.size(); ++i) accum[i] += load_f32(values.data(), i);
+      return;
+    }
+    std::vector<float> p(size_t{rows} * rank), qt(size_t{rank} * cols);
+    reader.get_array<float>(p, "P");
+    reader.get_array<float>(qt, "Q");
+    reader.expect_end("'powersgd' payload");
+    for (size_t i = 0; i < rows; ++i) {
+      for (size_t c = 0; c < rank; ++c)
+        axpy(p[i * rank + c], &qt[c * cols], &accum[i * cols], cols);
+    }
+  }
+
+ private:
+  void check_size(size_t n) const {
+    if (n != rows_ * cols_) {
+      throw Error("'powersgd' codec for " + std::to_string(rows_ * cols_) + " elements was given " +
+                  std::to_string(n));
+    }
+  }
+
+  // p[i][c] = M[i,:] . Qt[c,:]
+  void multiply_mq(std::span<float> p) const {
+    for (size_t i = 0; i < rows_; ++i) {
+      for (size_t c = 0; c < rank_; ++c)
+        p[i * rank_ + c] = dot(&m_[i * cols_], &qt_[c * cols_], cols_);
+    }
+  }
+
+  // Qt[c,:] = sum_i P[i][c] M[i,:]
+  void multiply_mtp(std::span<float> q) const {
+    std::fill(q.begin(), q.end(), 0.0f);
+    for (size_t i = 0; i < rows_; ++i) {
+      for (size_t c = 0; c < rank_; ++c)
+        axpy(p_[i * rank_ + c], &m_[i * cols_], &q[c * cols_], cols_);
+    }
+  }
+
+  // out[i,:] = sum_c P[i][c] Qt[c,:]
+  void reconstruct(std::span<float> out) const {
+    std::fill(out.begin(), out.end(), 0.0f);
+    for (size_t i = 0; i < rows_; ++i) {
+      for (size_t c = 0; c < rank_; ++c)
+        axpy(p_[i * rank_ + c], &qt_[c * cols_], &out[i * cols_], cols_);
+    }
+  }
+
+  // Gram-Schmidt on the columns of P (rows x rank, row-major).
+  void orthonormalise_p() {
+    column_.resize(rows_);
+    for (size_t c = 0; c < rank_; ++c) {
+      for (size_t i = 0; i < rows_; ++i) column_[i] = p_[i * rank_ + c];
+      for (size_t prev = 0; prev < c; ++prev) {
+        double proj = 0;
+        for (size_t i = 0; i < rows_; ++i) proj += double(p_[i * rank_ + prev]) * column_[i];
+        for (size_t i = 0; i < rows_; ++i)
+          column_[i] -= static_cast<float>(proj) * p_[i * rank_ + prev];
+      }
+      double norm = 0;
+      for (float v : column_) norm += double(v) * v;
+      const float inv = static_cast<float>(1.0 / (std::sqrt(norm) + 1e-8));
+      for (size_t i = 0; i < rows_; ++i) p_[i * rank_ + c] = column_[i] * inv;
+    }
+  }
+
+  std::string spec_;
+  bool ef_;
+  bool matrix_ = false;
+  size_t rows_ = 0, cols_ = 0, rank_ = 0;
+  std::vector<float> m_, p_, qt_, error_, column_, scratch_;
+};
+
+}  // namespace
+
+std::unique_ptr<Codec> make_powersgd_codec(SpecReader& reader, const TensorInfo& tensor) {
+  const long long rank = reader.get_int_in("rank", 2, 1, 1024);
+  const bool ef = reader.get_bool("ef", true);
+  const long long seed = reader.get_int_in("seed", 0, 0, INT64_MAX);
+  std::string spec = "powersgd:ef=" + std::string(ef ? "1" : "0") +
+                     ",rank=" + std::to_string(rank) + ",seed=" + std::to_string(seed);
+  return std::make_unique<PowerSgdCodec>(tensor, static_cast<size_t>(rank), ef,
+                                         static_cast<uint64_t>(seed), std::move(spec));
+}
+
+}  // namespace gradwire::compress

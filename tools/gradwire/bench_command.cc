@@ -1,0 +1,77 @@
+// `gradwire bench codecs [--size 1M|25M] [--filter REGEX] [--json FILE] [--min-time S]`:
+// runs the codec benchmark binary built beside this executable
+// (bench/gradwire_bench_codecs), keeping Google Benchmark's console and JSON output.
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdio>
+#include <filesystem>
+
+#include "commands.h"
+#include "gradwire/core/error.h"
+
+extern char** environ;
+
+namespace gradwire::cli {
+namespace {
+
+struct BenchArgs {
+  std::string size;
+  std::string filter = ".*";
+  std::string json;
+  double min_time = 0;
+};
+
+std::filesystem::path bench_binary() {
+  const auto self = std::filesystem::read_symlink("/proc/self/exe");
+  for (const auto& candidate : {self.parent_path() / "bench" / "gradwire_bench_codecs",
+                                self.parent_path() / "gradwire_bench_codecs"}) {
+    if (std::filesystem::exists(candidate)) return candidate;
+  }
+  throw ConfigError("the codec benchmark binary was not found next to " + self.string() +
+                    " (bench/gradwire_bench_codecs): build with -DGRADWIRE_BUILD_BENCH=ON");
+}
+
+int run_codec_bench(const BenchArgs& a) {
+  std::vector<std::string> args{bench_binary().string()};
+  std::string filter = a.filter;
+  if (!a.size.empty()) filter = "(" + filter + ")/" + a.size + "$";
+  args.push_back("--benchmark_filter=" + filter);
+  if (!a.json.empty()) {
+    args.push_back("--benchmark_out=" + a.json);
+    args.push_back("--benchmark_out_format=json");
+  }
+  if (a.min_time > 0) args.push_back("--benchmark_min_time=" + std::to_string(a.min_time));
+  std::vector<char*> argv;
+  for (auto& s : args) argv.push_back(s.data());
+  argv.push_back(nullptr);
+  pid_t pid;
+  if (int err = posix_spawn(&pid, argv[0], nullptr, nullptr, argv.data(), environ); err != 0) {
+    throw SystemError(errno_message("cannot start " + args[0], err));
+  }
+  int status = 0;
+  while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
+  }
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+}  // namespace
+
+void add_bench_command(CLI::App& app, int& exit_code) {
+  auto args = std::make_shared<BenchArgs>();
+  auto* bench = app.add_subcommand("bench", "Measure gradwire");
+  bench->require_subcommand(1);
+  auto* codecs =
+      bench->add_subcommand("codecs",
+                            "Encode/decode throughput of every codec and the references (memcpy, "
+                            "nth_element, torch::topk), Google Benchmark output");
+  codecs->add_option("--size", args->size, "Only this input size")
+      ->check(CLI::IsMember({"1M", "25M"}));
+  codecs->add_option("--filter", args->filter, "Only benchmarks whose name matches (regex)");
+  codecs->add_option("--json", args->json, "Also write Google Benchmark JSON to FILE");
+  codecs->add_option("--min-time", args->min_time, "Seconds per benchmark (default: Google's)");
+  codecs->callback([args, &exit_code] { exit_code = run_codec_bench(*args); });
+}
+
+}  // namespace gradwire::cli
