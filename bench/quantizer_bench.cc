@@ -3,7 +3,7 @@
 //   <spec-name>/encode/<size>   encode() of a fresh gradient (with the spec's default error
 //                               feedback: r += g, then encode_residual(r))
 //   <spec-name>/decode/<size>   decode_add() of one payload into an accumulator
-//   ref/memcpy/<size>           copying the input once, the yardstick
+//   (ref/memcpy/<size>, copying the input once, is registered by sparsifier_bench.cc)
 //
 // bytes/s counts the float32 input (4 bytes per element) everywhere, so rows compare
 // directly; the issue target is 2bit/encode/25M no slower than 4x ref/memcpy/25M.
@@ -37,11 +37,15 @@ std::vector<float> laplace_gradient(size_t n, double b = 1e-3) {
   return v;
 }
 
-// One gradient per size, shared by every benchmark (25M floats take a while to draw).
+// One gradient per size, drawn on first use and shared by every benchmark (25M floats take
+// a while to draw).
 const std::vector<float>& gradient(size_t n) {
-  static const std::vector<float> small = laplace_gradient(k1M);
+  if (n == k1M) {
+    static const std::vector<float> small = laplace_gradient(k1M);
+    return small;
+  }
   static const std::vector<float> large = laplace_gradient(k25M);
-  return n == k1M ? small : large;
+  return large;
 }
 
 TensorInfo tensor_of(size_t n) {
@@ -78,17 +82,6 @@ void BM_Decode(benchmark::State& state, const std::string& spec, size_t n) {
   set_throughput(state, n);
 }
 
-void BM_Memcpy(benchmark::State& state, size_t n) {
-  const auto& g = gradient(n);
-  std::vector<float> copy(n);
-  for (auto _ : state) {
-    std::memcpy(copy.data(), g.data(), 4 * n);
-    benchmark::DoNotOptimize(copy.data());
-    benchmark::ClobberMemory();
-  }
-  set_throughput(state, n);
-}
-
 // Registered from a table (before benchmark_main's main() runs).
 const bool kRegistered = [] {
   const struct {
@@ -97,9 +90,6 @@ const bool kRegistered = [] {
   } sizes[] = {{k1M, "1M"}, {k25M, "25M"}};
   const char* specs[] = {"2bit", "qsgd", "terngrad", "signsgd", "bf16"};
   for (const auto& size : sizes) {
-    benchmark::RegisterBenchmark((std::string("ref/memcpy/") + size.label).c_str(), BM_Memcpy,
-                                 size.n)
-        ->Unit(benchmark::kMicrosecond);
     for (const char* spec : specs) {
       const std::string name = std::string(spec) + "/";
       benchmark::RegisterBenchmark((name + "encode/" + size.label).c_str(), BM_Encode,

@@ -357,6 +357,27 @@ TEST(Qsgd, ZeroTinyAndHugeBuckets) {
   for (const float x : accum) EXPECT_TRUE(std::isfinite(x));
 }
 
+// Norms just above FLT_MIN: s / norm would overflow float (127 / 8e-38 > FLT_MAX), so such
+// buckets must go as zeros, not as garbage codes.
+TEST(Qsgd, NormsNearTheBottomOfTheFloatRange) {
+  for (const float x : {2e-38f, 1e-37f, 3e-37f, 1e-36f, 1e-35f}) {
+    auto codec = create_codec("qsgd:levels=127,bucket=16", tensor_of(32));
+    std::vector<float> input(32, x);
+    input[5] = 0.0f;
+    input[20] = -x;
+    std::vector<float> accum(32, 0.0f);
+    const Bytes payload = encode(*codec, input);
+    codec->decode_add(payload, accum);
+    for (size_t i = 0; i < 32; ++i) {
+      ASSERT_TRUE(std::isfinite(accum[i])) << x << " " << i;
+      ASSERT_LE(std::fabs(accum[i]), 5.0f * x) << x << " " << i;
+      if (accum[i] != 0.0f) {
+        ASSERT_EQ(accum[i] < 0.0f, input[i] < 0.0f) << x << " " << i;
+      }
+    }
+  }
+}
+
 TEST(Qsgd, NonFiniteInputIsAnError) {
   for (const float bad : {kNaN, kInf, -kInf}) {
     auto codec = create_codec("qsgd:bucket=4", tensor_of(10));
@@ -435,7 +456,7 @@ TEST(QsgdCorruption, FieldsNormsCodesAndPadding) {
     put_u32(bad, PayloadHeader::kSize + 1, bucket);
     expect_rejected<PayloadError>(*codec, bad, n, "bucket " + std::to_string(bucket));
   }
-  for (const float norm : {kNaN, kInf, -kInf, -1.0f, -FLT_MIN}) {
+  for (const float norm : {kNaN, kInf, -kInf, -1.0f, -FLT_MIN, -0.0f}) {
     for (size_t k = 0; k < 4; ++k) {
       bad = payload;
       put_f32(bad, kQsgdNorms + 4 * k, norm);
@@ -607,7 +628,7 @@ TEST(TernGradCorruption, ScaleCodesAndPadding) {
   const size_t n = 203;  // 3 groups of 64 + a tail of 11: the last byte has 3 codes
   auto codec = create_codec("terngrad", tensor_of(n));
   const Bytes payload = encode(*codec, random_vector(n, 4));
-  for (const float s : {kNaN, kInf, -1.0f, -FLT_MIN}) {
+  for (const float s : {kNaN, kInf, -1.0f, -FLT_MIN, -0.0f}) {
     Bytes bad = payload;
     put_f32(bad, PayloadHeader::kSize, s);
     expect_rejected<PayloadError>(*codec, bad, n, "scale " + std::to_string(s));
@@ -715,7 +736,7 @@ TEST(SignSgdCorruption, ScaleAndPadding) {
   const size_t n = 203;  // 1 group + 75: the last byte has 3 bits
   auto codec = create_codec("signsgd", tensor_of(n));
   const Bytes payload = encode(*codec, random_vector(n, 4));
-  for (const float s : {kNaN, kInf, -kInf, -0.5f}) {
+  for (const float s : {kNaN, kInf, -kInf, -0.5f, -0.0f}) {
     Bytes bad = payload;
     put_f32(bad, PayloadHeader::kSize, s);
     expect_rejected<PayloadError>(*codec, bad, n, "scale " + std::to_string(s));

@@ -1,6 +1,8 @@
 // `gradwire bench codecs [--size 1M|25M] [--filter REGEX] [--json FILE] [--min-time S]`:
 // runs the codec benchmark binary built beside this executable
 // (bench/gradwire_bench_codecs), keeping Google Benchmark's console and JSON output.
+// `gradwire bench quality`: every codec's compression ratio and reconstruction error
+// (bench/gradwire_codec_quality), as a Markdown table.
 #include <spawn.h>
 #include <sys/wait.h>
 #include <unistd.h>
@@ -23,26 +25,16 @@ struct BenchArgs {
   double min_time = 0;
 };
 
-std::filesystem::path bench_binary() {
+std::filesystem::path bench_binary(const std::string& name) {
   const auto self = std::filesystem::read_symlink("/proc/self/exe");
-  for (const auto& candidate : {self.parent_path() / "bench" / "gradwire_bench_codecs",
-                                self.parent_path() / "gradwire_bench_codecs"}) {
+  for (const auto& candidate : {self.parent_path() / "bench" / name, self.parent_path() / name}) {
     if (std::filesystem::exists(candidate)) return candidate;
   }
-  throw ConfigError("the codec benchmark binary was not found next to " + self.string() +
-                    " (bench/gradwire_bench_codecs): build with -DGRADWIRE_BUILD_BENCH=ON");
+  throw ConfigError("the benchmark binary bench/" + name + " was not found next to " +
+                    self.string() + ": build with -DGRADWIRE_BUILD_BENCH=ON");
 }
 
-int run_codec_bench(const BenchArgs& a) {
-  std::vector<std::string> args{bench_binary().string()};
-  std::string filter = a.filter;
-  if (!a.size.empty()) filter = "(" + filter + ")/" + a.size + "$";
-  args.push_back("--benchmark_filter=" + filter);
-  if (!a.json.empty()) {
-    args.push_back("--benchmark_out=" + a.json);
-    args.push_back("--benchmark_out_format=json");
-  }
-  if (a.min_time > 0) args.push_back("--benchmark_min_time=" + std::to_string(a.min_time));
+int run(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
   argv.push_back(nullptr);
@@ -54,6 +46,19 @@ int run_codec_bench(const BenchArgs& a) {
   while (waitpid(pid, &status, 0) < 0 && errno == EINTR) {
   }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+}
+
+int run_codec_bench(const BenchArgs& a) {
+  std::vector<std::string> args{bench_binary("gradwire_bench_codecs").string()};
+  std::string filter = a.filter;
+  if (!a.size.empty()) filter = "(" + filter + ")/" + a.size + "$";
+  args.push_back("--benchmark_filter=" + filter);
+  if (!a.json.empty()) {
+    args.push_back("--benchmark_out=" + a.json);
+    args.push_back("--benchmark_out_format=json");
+  }
+  if (a.min_time > 0) args.push_back("--benchmark_min_time=" + std::to_string(a.min_time));
+  return run(std::move(args));
 }
 
 }  // namespace
@@ -72,6 +77,10 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   codecs->add_option("--json", args->json, "Also write Google Benchmark JSON to FILE");
   codecs->add_option("--min-time", args->min_time, "Seconds per benchmark (default: Google's)");
   codecs->callback([args, &exit_code] { exit_code = run_codec_bench(*args); });
+  auto* quality = bench->add_subcommand(
+      "quality", "Compression ratio and relative L2 error of every codec on the same inputs");
+  quality->callback(
+      [&exit_code] { exit_code = run({bench_binary("gradwire_codec_quality").string()}); });
 }
 
 }  // namespace gradwire::cli

@@ -16,14 +16,15 @@
 //    N mod G elements follow in order, 8 / b to a byte from the low bits;
 //  - for b = 3, 5, 6, 7 as a bit stream in element order: element i in bits bi .. bi + b - 1,
 //    bit k being bit k % 8 of byte k / 8.
-// Unused high bits of the last byte are zero. Norms are finite and >= 0; a bucket whose norm
-// is below FLT_MIN (all zeros, or values near 1e-38) is sent as norm 0, i.e. as zeros.
+// Unused high bits of the last byte are zero. Norms are finite and >= +0 (sign bit clear). A
+// bucket whose norm is below 2^-118 (~3e-36: all zeros, or values so small that s / norm
+// would overflow float) is sent as norm 0, i.e. as zeros.
 // The payload carries s and d, so a decoder needs neither (nor any randomness).
 #include <algorithm>
 #include <bit>
-#include <cfloat>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 #include "gradwire/compress/codecs.h"
 #include "gradwire/compress/quantizers.h"
@@ -33,6 +34,8 @@ namespace gradwire::compress {
 namespace {
 
 constexpr long long kMaxLevels = 127;  // codes up to 2s = 254 fit a byte
+// Smallest norm sent: above it s / norm <= 127 * 2^118 < FLT_MAX.
+constexpr float kSmallestNorm = 0x1p-118f;
 
 unsigned code_bits(unsigned levels) {
   unsigned bits = 1;
@@ -101,6 +104,17 @@ inline int32_t signed_level(float v, float u, float inv, float s) {
 
 // --- packing (see the layout above); `n` codes start at a group boundary -------------------
 
+// Byte j of a group and its 8 / B codes c[16q + j]; the q are spelled out by the fold so that
+// every shift is a constant and the loop over j vectorizes at -O2 as at -O3.
+template <unsigned B, size_t... Q>
+inline uint8_t packed_byte(const uint8_t* c, size_t j, std::index_sequence<Q...>) {
+  return static_cast<uint8_t>(((c[16 * Q + j] << (B * Q)) | ...));
+}
+template <unsigned B, size_t... Q>
+inline void unpack_byte(uint8_t byte, uint8_t* c, size_t j, std::index_sequence<Q...>) {
+  ((c[16 * Q + j] = static_cast<uint8_t>((byte >> (B * Q)) & ((1u << B) - 1))), ...);
+}
+
 template <unsigned B>
 [[gnu::noinline]] void pack_groups_kernel(const uint8_t* __restrict code, uint8_t* __restrict out,
                                           size_t n) {
@@ -109,12 +123,9 @@ template <unsigned B>
   const size_t groups = n / kGroup;
   for (size_t g = 0; g < groups; ++g) {
     const uint8_t* c = code + kGroup * g;
-    uint8_t packed[16];
-    for (size_t j = 0; j < 16; ++j) packed[j] = c[j];
-    for (size_t q = 1; q < kPerByte; ++q) {
-      for (size_t j = 0; j < 16; ++j) packed[j] |= static_cast<uint8_t>(c[16 * q + j] << (B * q));
-    }
-    std::memcpy(out + 16 * g, packed, 16);
+    uint8_t* o = out + 16 * g;
+    for (size_t j = 0; j < 16; ++j)
+      o[j] = packed_byte<B>(c, j, std::make_index_sequence<kPerByte>{});
   }
   const uint8_t* c = code + kGroup * groups;
   uint8_t* o = out + 16 * groups;
@@ -129,20 +140,17 @@ template <unsigned B>
                                             size_t n) {
   constexpr size_t kPerByte = 8 / B;
   constexpr size_t kGroup = 16 * kPerByte;
-  constexpr unsigned kMask = (1u << B) - 1;
   const size_t groups = n / kGroup;
   for (size_t g = 0; g < groups; ++g) {
     const uint8_t* p = in + 16 * g;
     uint8_t* c = code + kGroup * g;
-    for (size_t q = 0; q < kPerByte; ++q) {
-      for (size_t j = 0; j < 16; ++j)
-        c[16 * q + j] = static_cast<uint8_t>((p[j] >> (B * q)) & kMask);
-    }
+    for (size_t j = 0; j < 16; ++j)
+      unpack_byte<B>(p[j], c, j, std::make_index_sequence<kPerByte>{});
   }
   const uint8_t* p = in + 16 * groups;
   uint8_t* c = code + kGroup * groups;
   for (size_t i = 0; i < n % kGroup; ++i) {
-    c[i] = static_cast<uint8_t>((p[i / kPerByte] >> (B * (i % kPerByte))) & kMask);
+    c[i] = static_cast<uint8_t>((p[i / kPerByte] >> (B * (i % kPerByte))) & ((1u << B) - 1));
   }
 }
 
@@ -192,7 +200,7 @@ void unpack(const uint8_t* in, uint8_t* code, size_t n, unsigned bits) {
   }
 }
 
-// ||v||_2 of one bucket as sent: throws on non-finite input, 0 below FLT_MIN.
+// ||v||_2 of one bucket as sent: throws on non-finite input, 0 below kSmallestNorm.
 float bucket_norm(const float* v, size_t n) {
   const double squares = sum_squares(v, n).sum;
   if (!std::isfinite(squares)) throw_non_finite_input("qsgd");
@@ -201,7 +209,7 @@ float bucket_norm(const float* v, size_t n) {
     throw Error("codec 'qsgd': a bucket's L2 norm (" + format_number(std::sqrt(squares)) +
                 ") exceeds the float range; training diverged (lower the learning rate)");
   }
-  return norm >= FLT_MIN ? norm : 0.0f;
+  return norm >= kSmallestNorm ? norm : 0.0f;
 }
 
 class QsgdCodec final : public Codec {
@@ -248,9 +256,9 @@ class QsgdCodec final : public Codec {
 
     for (size_t k = 0; k < buckets; ++k) {
       const float norm = load_f32(norms.data(), k);
-      if (!(std::isfinite(norm) && norm >= 0.0f)) {
+      if (!std::isfinite(norm) || std::signbit(norm)) {
         throw PayloadError("corrupt 'qsgd' payload: norm of bucket " + std::to_string(k) + " is " +
-                           format_number(norm) + " (must be finite and >= 0)");
+                           format_number(norm) + " (must be finite and >= +0)");
       }
     }
     const size_t used_bits = n * bits % 8;

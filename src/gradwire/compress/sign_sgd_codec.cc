@@ -12,7 +12,7 @@
 // Body: f32 scale | u8 bits[ceil(N / 8)]. Bits are packed for vector loads: each full group
 // of 128 elements takes 16 bytes, element 16q + j of the group in bit q of byte j; the last
 // N % 128 elements follow eight a byte in order (element 8b + q of the tail in bit q of tail
-// byte b), unused high bits zero. scale is finite and >= 0.
+// byte b), unused high bits zero. scale is finite and >= +0 (sign bit clear).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -156,9 +156,9 @@ class SignSgdCodec final : public Codec, public FusedAccumulate {
     const float scale = reader.get<float>("signsgd scale");
     const auto bits = reader.get_bytes(body_bytes(n), "signsgd bits");
     reader.expect_end("'signsgd' payload");
-    if (!(std::isfinite(scale) && scale >= 0.0f)) {
+    if (!std::isfinite(scale) || std::signbit(scale)) {
       throw PayloadError("corrupt 'signsgd' payload: scale " + format_number(scale) +
-                         " is not a finite number >= 0");
+                         " is not a finite number >= +0");
     }
     const size_t tail = n % 8;
     if (tail != 0 && (bits.back() >> tail) != 0) {
@@ -168,14 +168,14 @@ class SignSgdCodec final : public Codec, public FusedAccumulate {
   }
 
  private:
-  // ||a||_1 / d, computed in double (a float sum of 25M terms drifts).
+  // ||a||_1 / d (float blocks summed in double: a float sum of 25M terms drifts).
   static float scale_of(std::span<const float> a) {
     return mean_of(sum_abs(a.data(), a.size()), a.size());
   }
-  static float mean_of(double sum_abs, size_t n) {
+  static float mean_of(double l1, size_t n) {
     if (n == 0) return 0.0f;
-    if (!std::isfinite(sum_abs)) throw_non_finite_input("signsgd");
-    return static_cast<float>(sum_abs / static_cast<double>(n));
+    if (!std::isfinite(l1)) throw_non_finite_input("signsgd");
+    return static_cast<float>(l1 / static_cast<double>(n));
   }
 
   // Header and scale; returns the (zeroed) bit bytes to fill.

@@ -73,7 +73,8 @@ void add_bitmap(std::span<const uint8_t> bits, const uint8_t* values, std::span<
 // The streaming kernels use GCC/Clang vector types (4 lanes, 16 bytes: SSE2 on x86-64, NEON
 // on ARM) rather than relying on the auto-vectorizer: at -O2 it vectorizes these loops but
 // keeps the float accumulators in memory (a store-forwarding chain per block) and reduces the
-// block masks horizontally every 16 elements, which made each pass 1.5x slower than memory.
+// block masks horizontally every 16 elements. Measured on 25M floats, one core: the fit pass
+// 6.1 -> 3.0 ms, the count pass 5.3 -> 2.9 ms (memcpy of the same array: 4.5-5.5 ms).
 
 using F4 = float __attribute__((vector_size(16)));
 using I4 = int32_t __attribute__((vector_size(16)));
