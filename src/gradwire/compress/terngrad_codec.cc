@@ -17,10 +17,8 @@
 // Randomness: a UniformStream seeded from the key `seed` (default 0), the tensor name, the
 // call number and s (quantizers.h).
 //
-// Body: f32 s | u8 codes[ceil(N / 4)], the 2bit codec's codes and layout: 11 -> +s,
-// 10 -> -s, 00 -> 0, 01 is corruption; groups of 64 elements in 16 bytes, element 16q + j of
-// a group in bits 2q..2q+1 of byte j; the last N % 64 elements four a byte in order, unused
-// high bits zero. s is finite and >= +0 (sign bit clear).
+// Body: f32 s | u8 codes[ceil(N / 4)], the ternary codes of ternary_codes.h (as 2bit's):
+// 11 -> +s, 10 -> -s, 00 -> 0. s is finite and >= +0 (sign bit clear).
 #include <algorithm>
 #include <bit>
 #include <cmath>
@@ -28,15 +26,14 @@
 
 #include "gradwire/compress/codecs.h"
 #include "gradwire/compress/quantizers.h"
+#include "gradwire/compress/ternary_codes.h"
 #include "gradwire/core/half.h"
 
 namespace gradwire::compress {
 namespace {
 
-constexpr size_t kGroup = 64;       // elements per code group
-constexpr size_t kGroupBytes = 16;  // bytes per code group
-
-size_t body_bytes(size_t n) { return (n + 3) / 4; }
+constexpr size_t kGroup = kTernaryGroup;
+constexpr size_t kGroupBytes = kTernaryGroupBytes;
 
 // All ones when element x is sent (u s < min(|x|, s), i.e. with probability min(|x|, s) / s).
 inline uint32_t sent_mask(float x, float u, float s) {
@@ -47,10 +44,6 @@ inline uint32_t code_of(float x, uint32_t sent) { return sent & (3u ^ (mask_if(x
 // The decoded value: +-s when sent (sign of x), else +0.
 inline float value_of(float x, uint32_t sent, uint32_t s_bits) {
   return std::bit_cast<float>(sent & (s_bits | (std::bit_cast<uint32_t>(x) & 0x80000000u)));
-}
-inline float value_of_code(uint32_t code, float s) {
-  const float v = code == 3u ? s : 0.0f;
-  return code == 2u ? -s : v;
 }
 
 // Codes of one group (or the first m < 64 elements of a tail, four a byte in order).
@@ -121,48 +114,6 @@ inline uint32_t group_code_residual(float* x, const float* u, size_t j, size_t q
   for (size_t i = 0; i < m; ++i) tail[i] -= value_of(tail[i], sent_mask(tail[i], ut[i], s), s_bits);
 }
 
-// The value of the code in bits 2q, 2q + 1 of byte b, with masks: 11 -> +s, 10 -> -s,
-// 00 -> +0 (what value_of_code gives; 01 never reaches here).
-inline float value_at(uint8_t b, size_t q, uint32_t s_bits) {
-  const uint32_t code = static_cast<uint32_t>(b) >> (2 * q);
-  const uint32_t sent = 0u - ((code >> 1) & 1u);
-  const uint32_t negative = (~code & 1u) << 31;
-  return std::bit_cast<float>(sent & (s_bits | negative));
-}
-
-// The four rows of a group are spelled out so that the loop over j is the innermost and
-// vectorizes (twice as fast as a loop over the rows).
-[[gnu::noinline]] void decode_add_kernel(const uint8_t* __restrict in, float* __restrict accum,
-                                         size_t n, float s) {
-  const uint32_t s_bits = std::bit_cast<uint32_t>(s);
-  const size_t groups = n / kGroup;
-  for (size_t g = 0; g < groups; ++g) {
-    float* x = accum + kGroup * g;
-    const uint8_t* c = in + kGroupBytes * g;
-    for (size_t j = 0; j < kGroupBytes; ++j) {
-      x[j] += value_at(c[j], 0, s_bits);
-      x[16 + j] += value_at(c[j], 1, s_bits);
-      x[32 + j] += value_at(c[j], 2, s_bits);
-      x[48 + j] += value_at(c[j], 3, s_bits);
-    }
-  }
-  float* tail = accum + kGroup * groups;
-  const uint8_t* c = in + kGroupBytes * groups;
-  for (size_t i = 0; i < n % kGroup; ++i) {
-    tail[i] += value_of_code((static_cast<uint32_t>(c[i / 4]) >> (2 * (i % 4))) & 3u, s);
-  }
-}
-
-// Nonzero when some code in the bytes is 01 (low bit set, high bit clear).
-[[gnu::noinline]] uint8_t invalid_code_bits(const uint8_t* __restrict in, size_t bytes) {
-  uint8_t bad = 0;
-  vector_loop(bytes, [&](size_t i) {
-    const uint8_t b = in[i];
-    bad |= static_cast<uint8_t>(b & ~(b >> 1) & 0x55);
-  });
-  return bad;
-}
-
 class TernGradCodec final : public Codec {
  public:
   TernGradCodec(double clip, uint64_t seed, const std::string& tensor_name)
@@ -186,23 +137,13 @@ class TernGradCodec final : public Codec {
     PayloadHeader::read_expected(reader, CodecId::kTernGrad, kTernGradVersion, accum.size());
     const size_t n = accum.size();
     const float s = reader.get<float>("terngrad scale");
-    const auto codes = reader.get_bytes(body_bytes(n), "terngrad codes");
+    const auto codes = reader.get_bytes(ternary_code_bytes(n), "terngrad codes");
     reader.expect_end("'terngrad' payload");
     if (!std::isfinite(s) || std::signbit(s)) {
       throw PayloadError("corrupt 'terngrad' payload: scale " + format_number(s) +
                          " is not a finite number >= +0");
     }
-    if (invalid_code_bits(codes.data(), codes.size()) != 0) {
-      size_t at = 0;
-      while (invalid_code_bits(codes.data() + at, 1) == 0) ++at;
-      throw PayloadError("corrupt 'terngrad' payload: code 01 (never produced) in code byte " +
-                         std::to_string(at) + " of " + std::to_string(codes.size()));
-    }
-    const size_t tail = n % kGroup;
-    if (tail % 4 != 0 && (codes.back() >> (2 * (tail % 4))) != 0) {
-      throw PayloadError("corrupt 'terngrad' payload: padding bits after the last code are set");
-    }
-    decode_add_kernel(codes.data(), accum.data(), n, s);
+    ternary_check_and_decode_add(codes, accum, s, "terngrad");
   }
 
  private:
@@ -212,7 +153,7 @@ class TernGradCodec final : public Codec {
     PayloadHeader{CodecId::kTernGrad, kTernGradVersion, checked_count(n, id())}.write(writer);
     const float s = scale_of(v, n);
     writer.put<float>(s);
-    uint8_t* codes = writer.reserve_tail(body_bytes(n));
+    uint8_t* codes = writer.reserve_tail(ternary_code_bytes(n));
     if (n == 0) return;
     if (uniform_.size() < std::min(n, kQuantBlock) + kVectorBlock) {
       uniform_.resize(std::min(n, kQuantBlock) + kVectorBlock);

@@ -15,10 +15,7 @@
 // end at 10% accuracy and t = 0.05 at 71% after one epoch (fp32: 86%). The payload
 // carries t, so decoders need not know which mode the sender used.
 //
-// Body: f32 t | u8 codes[ceil(N/4)]. Codes are packed for vector loads: each full group of
-// 64 elements takes 16 bytes, element 16q + j of the group in bits 2q..2q+1 of byte j; the
-// last N % 64 elements follow four a byte in order (element 4b + q of the tail in bits
-// 2q..2q+1 of tail byte b), unused high bits zero.
+// Body: f32 v | u8 codes[ceil(N/4)], codes decoding to +-v, laid out as in ternary_codes.h.
 #include <algorithm>
 #include <bit>
 #include <cfloat>
@@ -28,22 +25,19 @@
 
 #include "gradwire/compress/codecs.h"
 #include "gradwire/compress/error_feedback.h"
+#include "gradwire/compress/ternary_codes.h"
 #include "gradwire/core/half.h"
 
 namespace gradwire::compress {
 namespace {
 
-constexpr size_t kGroup = 64;       // elements per group
-constexpr size_t kGroupBytes = 16;  // bytes per group
+constexpr size_t kGroup = kTernaryGroup;
+constexpr size_t kGroupBytes = kTernaryGroupBytes;
 
 inline uint32_t code_of(float v, float t) { return (v >= t ? 3u : 0u) | (v <= -t ? 2u : 0u); }
 inline float decoded_of(float x, float t, float v) {
   const float d = x >= t ? v : 0.0f;
   return x <= -t ? -v : d;
-}
-inline float value_of_code(uint32_t code, float t) {
-  const float v = code == 3u ? t : 0.0f;
-  return code == 2u ? -t : v;
 }
 
 // The same code and decoded value with masks (t > 0, so |x| >= t is "x >= t or x <= -t" and
@@ -69,8 +63,6 @@ inline uint8_t group_code_residual(float* x, size_t j, size_t q, float t, uint32
   x[16 * q + j] = a - masked_decoded(a, selected, v_bits);
   return group_code(a, selected, q);
 }
-
-size_t body_bytes(size_t n) { return (n + 3) / 4; }
 
 // Codes of the tail (fewer than 64 elements), four a byte in order.
 void encode_tail(const float* a, uint8_t* out, size_t m, float t) {
@@ -137,48 +129,6 @@ void encode_tail(const float* a, uint8_t* out, size_t m, float t) {
   for (size_t i = done; i < n; ++i) r[i] += g[i];
   encode_tail(r + done, out + kGroupBytes * groups, n - done, t);
   for (size_t i = done; i < n; ++i) r[i] -= decoded_of(r[i], t, t);
-}
-
-// The value of the code in bits 2q, 2q + 1 of byte b, with masks: 11 -> +t, 10 -> -t,
-// 00 -> +0 (what value_of_code gives; 01 never reaches here).
-inline float value_at(uint8_t b, size_t q, uint32_t t_bits) {
-  const uint32_t code = static_cast<uint32_t>(b) >> (2 * q);
-  const uint32_t sent = 0u - ((code >> 1) & 1u);
-  const uint32_t negative = (~code & 1u) << 31;
-  return std::bit_cast<float>(sent & (t_bits | negative));
-}
-
-// The four rows of a group are spelled out so that the loop over j is the innermost and
-// vectorizes (twice as fast as a loop over the rows).
-[[gnu::noinline]] void decode_add_kernel(const uint8_t* __restrict in, float* __restrict accum,
-                                         size_t n, float t) {
-  const uint32_t t_bits = std::bit_cast<uint32_t>(t);
-  const size_t groups = n / kGroup;
-  for (size_t g = 0; g < groups; ++g) {
-    float* x = accum + kGroup * g;
-    const uint8_t* c = in + kGroupBytes * g;
-    for (size_t j = 0; j < kGroupBytes; ++j) {
-      x[j] += value_at(c[j], 0, t_bits);
-      x[16 + j] += value_at(c[j], 1, t_bits);
-      x[32 + j] += value_at(c[j], 2, t_bits);
-      x[48 + j] += value_at(c[j], 3, t_bits);
-    }
-  }
-  float* tail = accum + kGroup * groups;
-  const uint8_t* c = in + kGroupBytes * groups;
-  for (size_t i = 0; i < n % kGroup; ++i) {
-    tail[i] += value_of_code((static_cast<uint32_t>(c[i / 4]) >> (2 * (i % 4))) & 3u, t);
-  }
-}
-
-// Nonzero when some code in the bytes is 01 (low bit set, high bit clear).
-[[gnu::noinline]] uint8_t invalid_code_bits(const uint8_t* __restrict in, size_t bytes) {
-  uint8_t bad = 0;
-  vector_loop(bytes, [&](size_t i) {
-    const uint8_t b = in[i];
-    bad |= static_cast<uint8_t>(b & ~(b >> 1) & 0x55);
-  });
-  return bad;
 }
 
 // `#pragma GCC unroll 1` keeps the reductions' 16-lane inner loops rolled: GCC 12 -O3
@@ -359,23 +309,13 @@ class TwoBitCodec final : public Codec, public FusedAccumulate {
     PayloadHeader::read_expected(reader, CodecId::kTwoBit, kTwoBitVersion, accum.size());
     const size_t n = accum.size();
     const float t = reader.get<float>("2bit magnitude");
-    const auto codes = reader.get_bytes(body_bytes(n), "2bit codes");
+    const auto codes = reader.get_bytes(ternary_code_bytes(n), "2bit codes");
     reader.expect_end("'2bit' payload");
     if (!(std::isfinite(t) && t > 0.0f)) {
       throw PayloadError("corrupt '2bit' payload: threshold " + format_number(t) +
                          " is not a finite positive number");
     }
-    if (invalid_code_bits(codes.data(), codes.size()) != 0) {
-      size_t at = 0;
-      while (invalid_code_bits(codes.data() + at, 1) == 0) ++at;
-      throw PayloadError("corrupt '2bit' payload: code 01 (never produced) in code byte " +
-                         std::to_string(at) + " of " + std::to_string(codes.size()));
-    }
-    const size_t tail = n % kGroup;
-    if (tail % 4 != 0 && (codes.back() >> (2 * (tail % 4))) != 0) {
-      throw PayloadError("corrupt '2bit' payload: padding bits after the last element are set");
-    }
-    decode_add_kernel(codes.data(), accum.data(), n, t);
+    ternary_check_and_decode_add(codes, accum, t, "2bit");
   }
 
  private:
@@ -411,7 +351,7 @@ class TwoBitCodec final : public Codec, public FusedAccumulate {
     ByteWriter writer(out);
     PayloadHeader{CodecId::kTwoBit, kTwoBitVersion, checked_count(n, id())}.write(writer);
     writer.put<float>(v);
-    return writer.reserve_tail(body_bytes(n));
+    return writer.reserve_tail(ternary_code_bytes(n));
   }
 
   float threshold_;  // fixed threshold (unused when alpha_ > 0)
