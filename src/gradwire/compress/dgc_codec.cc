@@ -37,9 +37,10 @@ constexpr size_t kMinKeep = 4096;
 // The strict threshold t with (d > t) == (d >= thr) for every non-NaN d >= 0.
 float at_least(float thr) { return thr > 0.0f ? std::nextafter(thr, 0.0f) : -1.0f; }
 
-class DgcCodec final : public SparsifierCodec {
+class DgcCodec final : public IndexedSparsifier {
  public:
-  DgcCodec(double density, double sample) : density_(density), sample_fraction_(sample) {}
+  DgcCodec(double density, double sample)
+      : IndexedSparsifier(kDgcVersion, kNames), density_(density), sample_fraction_(sample) {}
 
   CodecId id() const override { return CodecId::kDgc; }
   std::string spec() const override {
@@ -47,28 +48,8 @@ class DgcCodec final : public SparsifierCodec {
         "dgc", {{"density", format_number(density_)}, {"sample", format_number(sample_fraction_)}});
   }
 
-  void encode(std::span<const float> input, Bytes& out) override {
-    const uint32_t n = checked_count(input.size(), id());
-    select(input);
-    ByteWriter writer(out);
-    PayloadHeader{id(), kDgcVersion, n}.write(writer);
-    write_sparse_body(writer, n, indices_, input.data());
-  }
-
-  void encode_residual(std::span<float> a, Bytes& out) override {
-    encode(a, out);
-    float* r = a.data();
-    for (const uint32_t i : indices_) r[i] = 0.0f;
-  }
-
-  void decode_add(std::span<const uint8_t> payload, std::span<float> accum) const override {
-    ByteReader reader(payload);
-    PayloadHeader::read_expected(reader, id(), kDgcVersion, accum.size());
-    read_sparse_body_add(reader, kNames, accum);
-  }
-
  private:
-  void select(std::span<const float> a) {
+  void select(std::span<const float> a) override {
     const size_t n = a.size();
     const size_t k = topk_count(density_, n);
     stats_ = SelectionStats{};
@@ -113,7 +94,6 @@ class DgcCodec final : public SparsifierCodec {
   TopKSelector exact_;
   std::vector<float> sample_;
   std::vector<uint32_t> keys_;
-  std::vector<uint32_t> indices_;
 };
 
 }  // namespace

@@ -61,37 +61,18 @@ double lower_normal_quantile(double p) {
   return x - u / (1.0 + 0.5 * x * u);
 }
 
-class GaussianKCodec final : public SparsifierCodec {
+class GaussianKCodec final : public IndexedSparsifier {
  public:
-  explicit GaussianKCodec(double density) : density_(density) {}
+  explicit GaussianKCodec(double density)
+      : IndexedSparsifier(kGaussianKVersion, kNames), density_(density) {}
 
   CodecId id() const override { return CodecId::kGaussianK; }
   std::string spec() const override {
     return bare_spec("gaussiank", {{"density", format_number(density_)}});
   }
 
-  void encode(std::span<const float> input, Bytes& out) override {
-    const uint32_t n = checked_count(input.size(), id());
-    select(input);
-    ByteWriter writer(out);
-    PayloadHeader{id(), kGaussianKVersion, n}.write(writer);
-    write_sparse_body(writer, n, indices_, input.data());
-  }
-
-  void encode_residual(std::span<float> a, Bytes& out) override {
-    encode(a, out);
-    float* r = a.data();
-    for (const uint32_t i : indices_) r[i] = 0.0f;
-  }
-
-  void decode_add(std::span<const uint8_t> payload, std::span<float> accum) const override {
-    ByteReader reader(payload);
-    PayloadHeader::read_expected(reader, id(), kGaussianKVersion, accum.size());
-    read_sparse_body_add(reader, kNames, accum);
-  }
-
  private:
-  void select(std::span<const float> a) {
+  void select(std::span<const float> a) override {
     const size_t n = a.size();
     const size_t k = topk_count(density_, n);
     stats_ = SelectionStats{};
@@ -151,7 +132,6 @@ class GaussianKCodec final : public SparsifierCodec {
   double density_;
   ThresholdSelector selector_;
   TopKSelector exact_;
-  std::vector<uint32_t> indices_;
 };
 
 }  // namespace

@@ -54,9 +54,10 @@ constexpr double kNoPrior = std::numeric_limits<double>::infinity();
 constexpr double kSampleFraction = 0.01;  // center=median: 1% strided sample
 constexpr size_t kMinSample = 1024;
 
-class LaplaceTopKCodec final : public SparsifierCodec {
+class LaplaceTopKCodec final : public IndexedSparsifier {
  public:
-  explicit LaplaceTopKCodec(const LaplaceOptions& options) : options_(options) {}
+  explicit LaplaceTopKCodec(const LaplaceOptions& options)
+      : IndexedSparsifier(kLaplaceTopKVersion, kNames), options_(options) {}
 
   CodecId id() const override { return CodecId::kLaplaceTopK; }
   std::string spec() const override {
@@ -65,27 +66,6 @@ class LaplaceTopKCodec final : public SparsifierCodec {
                       {"center", options_.center == Center::kZero ? "zero" : "median"},
                       {"eps", format_number(options_.eps)},
                       {"max_rounds", std::to_string(options_.max_rounds)}});
-  }
-
-  void encode(std::span<const float> input, Bytes& out) override {
-    const uint32_t n = checked_count(input.size(), id());
-    select(input);
-    ByteWriter writer(out);
-    PayloadHeader{id(), kLaplaceTopKVersion, n}.write(writer);
-    write_sparse_body(writer, n, indices_, input.data());
-  }
-
-  // r <- a - D(C(a)): D(C(a)) is a at the sent positions, so zero them.
-  void encode_residual(std::span<float> a, Bytes& out) override {
-    encode(a, out);
-    float* r = a.data();
-    for (const uint32_t i : indices_) r[i] = 0.0f;
-  }
-
-  void decode_add(std::span<const uint8_t> payload, std::span<float> accum) const override {
-    ByteReader reader(payload);
-    PayloadHeader::read_expected(reader, id(), kLaplaceTopKVersion, accum.size());
-    read_sparse_body_add(reader, kNames, accum);
   }
 
  private:
@@ -107,7 +87,7 @@ class LaplaceTopKCodec final : public SparsifierCodec {
   }
 
   // Sets indices_ (increasing) and stats_.
-  void select(std::span<const float> a) {
+  void select(std::span<const float> a) override {
     const size_t n = a.size();
     const size_t k = topk_count(options_.density, n);
     stats_ = SelectionStats{};
@@ -206,7 +186,6 @@ class LaplaceTopKCodec final : public SparsifierCodec {
   ThresholdSelector selector_;
   TopKSelector exact_;
   std::vector<float> sample_;
-  std::vector<uint32_t> indices_;  // positions sent by the last encode, increasing
 };
 
 }  // namespace

@@ -17,6 +17,8 @@
 #include <span>
 #include <vector>
 
+#include "gradwire/compress/codecs.h"
+#include "gradwire/compress/sparsifiers.h"
 #include "gradwire/compress/topk_select.h"
 #include "gradwire/core/bytes.h"
 
@@ -118,6 +120,45 @@ class ThresholdSelector {
   int full_passes_ = 0;
   TopKSelector exact_;
   std::vector<uint32_t> positions_;
+};
+
+// A sparsifier whose payload is the shared sparse body (index list or bitmap + values):
+// subclasses only choose the coordinates. encode_residual zeroes the sent ones, since
+// D(C(a)) is a there.
+class IndexedSparsifier : public SparsifierCodec {
+ public:
+  void encode(std::span<const float> input, Bytes& out) final {
+    const uint32_t n = checked_count(input.size(), id());
+    select(input);
+    ByteWriter writer(out);
+    PayloadHeader{id(), version_, n}.write(writer);
+    write_sparse_body(writer, n, indices_, input.data());
+  }
+
+  // r <- a - D(C(a)): zero the sent positions.
+  void encode_residual(std::span<float> a, Bytes& out) final {
+    encode(a, out);
+    for (const uint32_t i : indices_) a[i] = 0.0f;
+  }
+
+  void decode_add(std::span<const uint8_t> payload, std::span<float> accum) const final {
+    ByteReader reader(payload);
+    PayloadHeader::read_expected(reader, id(), version_, accum.size());
+    read_sparse_body_add(reader, names_, accum);
+  }
+
+ protected:
+  IndexedSparsifier(uint8_t version, const SparseBodyNames& names)
+      : version_(version), names_(names) {}
+
+  // Fills indices_ (strictly increasing) and stats_ for `a`.
+  virtual void select(std::span<const float> a) = 0;
+
+  std::vector<uint32_t> indices_;  // positions sent by the last encode, increasing
+
+ private:
+  uint8_t version_;
+  const SparseBodyNames& names_;
 };
 
 }  // namespace gradwire::compress
