@@ -59,7 +59,7 @@ TEST(ErrorFeedback, MomentumCorrectionMatchesDgcReference) {
   const size_t n = 257;
   const float m = 0.9f;
   auto codec = create_codec("topk:density=0.1,momentum=0.9", tensor_of(n));
-  EXPECT_EQ(codec->spec(), "topk:density=0.1,ef=1,momentum=0.9");
+  EXPECT_EQ(codec->spec(), "topk:density=0.1,ef=1,momentum=0.9,warmup=0");
   std::vector<float> u(n, 0.0f), r(n, 0.0f);
   for (int step = 0; step < 30; ++step) {
     const auto g = random_vector(n, 500 + step, 1.0f);
@@ -89,7 +89,7 @@ TEST(ErrorFeedback, MomentumCorrectionMatchesDgcReference) {
 }
 
 TEST(ErrorFeedback, MomentumNeedsErrorFeedbackAndARange) {
-  EXPECT_THROW(create_codec("topk:ef=0,momentum=0.9", tensor_of(4)), ConfigError);
+  EXPECT_THROW(create_codec("topk:ef=0,momentum=0.9,warmup=0", tensor_of(4)), ConfigError);
   EXPECT_THROW(create_codec("2bit:momentum=1", tensor_of(4)), ConfigError);
   EXPECT_THROW(create_codec("2bit:momentum=-0.1", tensor_of(4)), ConfigError);
   EXPECT_EQ(canonical_spec("2bit:momentum=0"), "2bit:alpha=1,ef=1,threshold=auto");
@@ -201,7 +201,7 @@ TEST(ErrorFeedback, SpecAndIdComeFromTheInnerCodec) {
 
 TEST(ErrorFeedback, DecodeDelegates) {
   auto sender = create_codec("topk:density=0.5", tensor_of(6));
-  auto receiver = create_codec("topk:density=0.5,ef=0", tensor_of(6));
+  auto receiver = create_codec("topk:density=0.5,ef=0,warmup=0", tensor_of(6));
   const std::vector<float> g = {1, -2, 3, -4, 5, -6};
   Bytes payload;
   sender->encode(g, payload);

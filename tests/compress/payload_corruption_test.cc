@@ -162,7 +162,7 @@ uint32_t get_u32(const Bytes& bytes, size_t offset) {
 
 TEST(TopKCorruption, IndexList) {
   const size_t n = 1000;
-  auto codec = create_codec("topk:density=0.01,ef=0", tensor_of(n));
+  auto codec = create_codec("topk:density=0.01,ef=0,warmup=0", tensor_of(n));
   Bytes payload;
   codec->encode(random_vector(n, 2), payload);
   ASSERT_EQ(payload[kLayoutOffset], static_cast<uint8_t>(TopKLayout::kIndexList));
@@ -198,7 +198,7 @@ TEST(TopKCorruption, IndexList) {
 
 TEST(TopKCorruption, Bitmap) {
   const size_t n = 203;  // 26 bitmap bytes, 3 bits of padding in the last
-  auto codec = create_codec("topk:density=0.5,ef=0", tensor_of(n));
+  auto codec = create_codec("topk:density=0.5,ef=0,warmup=0", tensor_of(n));
   Bytes payload;
   codec->encode(random_vector(n, 3), payload);
   ASSERT_EQ(payload[kLayoutOffset], static_cast<uint8_t>(TopKLayout::kBitmap));

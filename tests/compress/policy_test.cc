@@ -18,18 +18,18 @@ const TensorInfo kNorm{"bn.weight", {10000}, LayerKind::kNorm};
 
 TEST(CodecPolicyTest, OneSpecForEveryTensor) {
   const auto policy = CodecPolicy::parse("topk:density=0.01");
-  EXPECT_EQ(policy.canonical(), "topk:density=0.01,ef=1");
-  EXPECT_EQ(policy.spec_for(kConv), "topk:density=0.01,ef=1");
-  EXPECT_EQ(policy.spec_for(kBias), "topk:density=0.01,ef=1");
+  EXPECT_EQ(policy.canonical(), "topk:density=0.01,ef=1,warmup=0");
+  EXPECT_EQ(policy.spec_for(kConv), "topk:density=0.01,ef=1,warmup=0");
+  EXPECT_EQ(policy.spec_for(kBias), "topk:density=0.01,ef=1,warmup=0");
 }
 
 TEST(CodecPolicyTest, PerKindWithCommasInsideSpecs) {
-  const auto policy = CodecPolicy::parse("conv=topk:density=0.05,ef=0,fc=2bit, other=fp16");
-  EXPECT_EQ(policy.spec_for(kConv), "topk:density=0.05,ef=0");
+  const auto policy = CodecPolicy::parse("conv=topk:density=0.05,ef=0,warmup=0,fc=2bit, other=fp16");
+  EXPECT_EQ(policy.spec_for(kConv), "topk:density=0.05,ef=0,warmup=0");
   EXPECT_EQ(policy.spec_for(kFc), "2bit:alpha=1,ef=1,threshold=auto");
   EXPECT_EQ(policy.spec_for(kBias), "fp16:ef=0");  // not named: uses other
   EXPECT_EQ(policy.canonical(),
-            "conv=topk:density=0.05,ef=0,fc=2bit:alpha=1,ef=1,threshold=auto,bias=fp16:ef=0,"
+            "conv=topk:density=0.05,ef=0,warmup=0,fc=2bit:alpha=1,ef=1,threshold=auto,bias=fp16:ef=0,"
             "norm=fp16:ef=0,other=fp16:ef=0");
   // The canonical form parses back to the same policy.
   EXPECT_EQ(CodecPolicy::parse(policy.canonical()).canonical(), policy.canonical());
@@ -62,7 +62,7 @@ TEST(CodecPolicyTest, MomentumReachesEveryTensor) {
   EXPECT_EQ(CodecPolicy::parse(hylo.canonical()).spec_for(kFc), hylo.spec_for(kFc));
   const auto per_kind = CodecPolicy::parse("conv=topk,other=none").with_momentum(0.5);
   EXPECT_EQ(per_kind.spec_for(kBias), "none:ef=1,momentum=0.5");
-  EXPECT_EQ(per_kind.spec_for(kConv), "topk:density=0.01,ef=1,momentum=0.5");
+  EXPECT_EQ(per_kind.spec_for(kConv), "topk:density=0.01,ef=1,momentum=0.5,warmup=0");
 }
 
 TEST(CodecPolicyTest, MomentumOnADenseCodecIsPlainMomentum) {

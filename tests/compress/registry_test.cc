@@ -53,7 +53,7 @@ TEST(CodecRegistry, BadValues) {
   for (const char* spec :
        {"topk:density=0", "topk:density=-0.1", "topk:density=1.5", "topk:density=abc",
         "topk:density=nan", "2bit:threshold=0", "2bit:threshold=-1", "2bit:threshold=1e39",
-        "2bit:threshold=1e-50", "2bit:threshold=", "topk:ef=maybe", "none:ef=2"}) {
+        "2bit:threshold=1e-50", "2bit:threshold=", "topk:ef=maybe,warmup=0", "none:ef=2"}) {
     EXPECT_THROW(create_codec(spec, tensor_of(4)), ConfigError) << spec;
   }
   EXPECT_NE(config_error_of([] {
@@ -74,9 +74,9 @@ TEST(CodecRegistry, TensorTooLargeForThe32BitCount) {
 }
 
 TEST(CodecRegistry, CanonicalSpecsSpellOutEveryKey) {
-  EXPECT_EQ(canonical_spec("topk"), "topk:density=0.01,ef=1");
-  EXPECT_EQ(canonical_spec("topk:density=0.001"), "topk:density=0.001,ef=1");
-  EXPECT_EQ(canonical_spec(" topk : ef = 0 , density = 1e-3 "), "topk:density=0.001,ef=0");
+  EXPECT_EQ(canonical_spec("topk"), "topk:density=0.01,ef=1,warmup=0");
+  EXPECT_EQ(canonical_spec("topk:density=0.001"), "topk:density=0.001,ef=1,warmup=0");
+  EXPECT_EQ(canonical_spec(" topk : ef = 0 , density = 1e-3 "), "topk:density=0.001,ef=0,warmup=0");
   EXPECT_EQ(canonical_spec("2bit"), "2bit:alpha=1,ef=1,threshold=auto");
   EXPECT_EQ(canonical_spec("2bit:alpha=0.5"), "2bit:alpha=0.5,ef=1,threshold=auto");
   EXPECT_EQ(canonical_spec("2bit:threshold=0.1,ef=off"), "2bit:ef=0,threshold=0.1");
@@ -88,7 +88,7 @@ TEST(CodecRegistry, CanonicalSpecsSpellOutEveryKey) {
 TEST(CodecRegistry, SpecOfEveryCodecEqualsCanonicalSpecAndIsStable) {
   for (const char* text :
        {"none", "none:ef=1", "fp16", "fp16:ef=1", "topk", "topk:density=0.07",
-        "topk:density=0.123456789012345,ef=0", "topk:density=1", "2bit", "2bit:threshold=0.1",
+        "topk:density=0.123456789012345,ef=0,warmup=0", "topk:density=1", "2bit", "2bit:threshold=0.1",
         "2bit:threshold=0.123456789012345", "2bit:ef=0,threshold=3"}) {
     const auto codec = create_codec(text, tensor_of(100));
     const std::string canonical = canonical_spec(text);
@@ -108,7 +108,7 @@ TEST(CodecRegistry, EfDefaultsPerCodec) {
   EXPECT_TRUE(wrapped("topk"));
   EXPECT_TRUE(wrapped("2bit"));
   EXPECT_TRUE(wrapped("none:ef=1"));
-  EXPECT_FALSE(wrapped("topk:ef=0"));
+  EXPECT_FALSE(wrapped("topk:ef=0,warmup=0"));
 }
 
 TEST(CodecRegistry, IdsMatchNames) {

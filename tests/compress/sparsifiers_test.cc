@@ -217,8 +217,8 @@ TEST(Sparsifiers, ConstantTensorIsStillSent) {
   // Centred fits see no spread; they must not keep a constant tensor in the residual forever.
   const std::vector<float> input(1000, 0.25f);
   for (const char* spec :
-       {"laplace-topk:center=median,density=0.01,ef=0", "gaussiank:density=0.01,ef=0",
-        "dgc:density=0.01,ef=0", "laplace-topk:density=0.01,ef=0"}) {
+       {"laplace-topk:center=median,density=0.01,ef=0,warmup=0", "gaussiank:density=0.01,ef=0,warmup=0",
+        "dgc:density=0.01,ef=0,warmup=0", "laplace-topk:density=0.01,ef=0,warmup=0"}) {
     auto codec = create_codec(spec, tensor_of(input.size()));
     const auto out = decode(*codec, encode(*codec, input), input.size());
     const size_t sent = nonzero_positions(out).size();
@@ -247,7 +247,7 @@ TEST_P(SelectionCounts, LaplaceTopKStaysInTheBracket) {
   const CountCase& c = GetParam();
   for (const char* center : {"zero", "median"}) {
     auto codec = create_codec(
-        "laplace-topk:ef=0,center=" + std::string(center) + ",density=" + format_number(c.density),
+        "laplace-topk:ef=0,warmup=0,center=" + std::string(center) + ",density=" + format_number(c.density),
         tensor_of(c.n));
     for (uint32_t seed = 1; seed <= 3; ++seed) {
       const auto input = input_of(c.input, c.n, seed);
@@ -327,12 +327,12 @@ TEST(SelectionCounts, TightBracketAndFewRounds) {
   const size_t n = 200000;
   const auto input = random_vector(n, 8, 1e-3f);  // Gaussian: the model's t0 is far off
   // eps = 0 demands exactly k: the rounds cannot get there, so the exact fallback does.
-  auto exact = create_codec("laplace-topk:density=0.001,eps=0,ef=0", tensor_of(n));
+  auto exact = create_codec("laplace-topk:density=0.001,eps=0,ef=0,warmup=0", tensor_of(n));
   const auto out = decode(*exact, encode(*exact, input), n);
   EXPECT_EQ(stats_of(*exact).selected, 200u);
   EXPECT_EQ(nonzero_positions(out), brute_force_topk(input, 200));
   // One round: whatever the first count gives, never more than (1 + eps) k.
-  auto one = create_codec("laplace-topk:density=0.001,max_rounds=1,ef=0", tensor_of(n));
+  auto one = create_codec("laplace-topk:density=0.001,max_rounds=1,ef=0,warmup=0", tensor_of(n));
   encode(*one, input);
   EXPECT_EQ(stats_of(*one).counts, 1);
   EXPECT_LE(stats_of(*one).selected, 240u);
@@ -341,7 +341,7 @@ TEST(SelectionCounts, TightBracketAndFewRounds) {
 TEST(SelectionCounts, MedianCenterFollowsAShiftedDistribution) {
   const size_t n = 1 << 18;
   const auto input = laplace_vector(n, 9, 1e-3, 5e-3);  // mu = 5b
-  auto median = create_codec("laplace-topk:center=median,density=0.001,ef=0", tensor_of(n));
+  auto median = create_codec("laplace-topk:center=median,density=0.001,ef=0,warmup=0", tensor_of(n));
   const auto out = decode(*median, encode(*median, input), n);
   const SelectionStats& s = stats_of(*median);
   EXPECT_GE(s.selected, 210u);
@@ -369,7 +369,7 @@ std::vector<uint32_t> randomk_positions(Codec& codec, size_t n, Bytes& payload) 
 
 TEST(RandomK, DecoderRegeneratesTheEncodersDistinctIndices) {
   for (const size_t n : {1, 2, 3, 17, 1000, 65536, 100003}) {
-    auto codec = create_codec("randomk:density=0.05,ef=0", tensor_of(n));
+    auto codec = create_codec("randomk:density=0.05,ef=0,warmup=0", tensor_of(n));
     Bytes payload;
     const auto sent = randomk_positions(*codec, n, payload);
     const size_t k = topk_count(0.05, n);
@@ -383,12 +383,12 @@ TEST(RandomK, DecoderRegeneratesTheEncodersDistinctIndices) {
 
 TEST(RandomK, SameSeedSameIndicesAcrossInstancesAndRanks) {
   const size_t n = 10000;
-  auto a = create_codec("randomk:density=0.01,seed=42,ef=0", tensor_of(n));
-  auto b = create_codec("randomk:density=0.01,seed=42,ef=0", tensor_of(n));
+  auto a = create_codec("randomk:density=0.01,seed=42,ef=0,warmup=0", tensor_of(n));
+  auto b = create_codec("randomk:density=0.01,seed=42,ef=0,warmup=0", tensor_of(n));
   const auto input = laplace_vector(n, 10);
   for (int step = 0; step < 5; ++step) EXPECT_EQ(encode(*a, input), encode(*b, input)) << step;
   // A receiver with another density still decodes: the payload carries k and the seed.
-  auto receiver = create_codec("randomk:density=0.5,ef=0", tensor_of(n));
+  auto receiver = create_codec("randomk:density=0.5,ef=0,warmup=0", tensor_of(n));
   const Bytes payload = encode(*a, input);
   EXPECT_EQ(decode(*receiver, payload, n), decode(*a, payload, n));
 }
@@ -407,9 +407,9 @@ TEST(RandomK, StepsTensorsAndSeedsDrawDifferentIndices) {
     std::set_intersection(x.begin(), x.end(), y.begin(), y.end(), std::back_inserter(both));
     return both.size();
   };
-  const auto steps = draw("randomk:density=0.01,ef=0", "fc1.weight", 3);
-  const auto other_tensor = draw("randomk:density=0.01,ef=0", "fc2.weight", 1);
-  const auto other_seed = draw("randomk:density=0.01,seed=1,ef=0", "fc1.weight", 1);
+  const auto steps = draw("randomk:density=0.01,ef=0,warmup=0", "fc1.weight", 3);
+  const auto other_tensor = draw("randomk:density=0.01,ef=0,warmup=0", "fc2.weight", 1);
+  const auto other_seed = draw("randomk:density=0.01,seed=1,ef=0,warmup=0", "fc1.weight", 1);
   // 1000 of 100000 each: independent draws share about 10.
   EXPECT_LT(overlap(steps[0], steps[1]), 40u);
   EXPECT_LT(overlap(steps[1], steps[2]), 40u);
@@ -420,7 +420,7 @@ TEST(RandomK, StepsTensorsAndSeedsDrawDifferentIndices) {
 TEST(RandomK, EveryPositionIsEquallyLikely) {
   // 2000 steps of k = 16 of N = 64: each position is drawn 500 times in expectation.
   const size_t n = 64;
-  auto codec = create_codec("randomk:density=0.25,ef=0", tensor_of(n));
+  auto codec = create_codec("randomk:density=0.25,ef=0,warmup=0", tensor_of(n));
   std::vector<int> hits(n, 0);
   Bytes payload;
   for (int step = 0; step < 2000; ++step) {
@@ -438,7 +438,7 @@ const std::vector<float> kGoldenPositions = {381, 804, 496, 800, 333};
 TEST(RandomK, IndicesAreFixedByTheWireFormat) {
   // The positions are part of the wire format: every build must draw these for this seed.
   const size_t n = 1000;
-  auto codec = create_codec("randomk:density=0.005,seed=7,ef=0", tensor_of(n));
+  auto codec = create_codec("randomk:density=0.005,seed=7,ef=0,warmup=0", tensor_of(n));
   std::vector<float> input(n);
   for (size_t i = 0; i < n; ++i) input[i] = static_cast<float>(i);
   const Bytes payload = encode(*codec, input);
@@ -502,7 +502,7 @@ TEST(Dgc, MomentumCorrectionMatchesTheReference) {
   const size_t n = 20000;
   const float m = 0.9f;
   auto codec = create_codec("dgc:density=0.001,momentum=0.9", tensor_of(n));
-  EXPECT_EQ(codec->spec(), "dgc:density=0.001,ef=1,momentum=0.9,sample=0.01");
+  EXPECT_EQ(codec->spec(), "dgc:density=0.001,ef=1,momentum=0.9,sample=0.01,warmup=0");
   const auto& ef = dynamic_cast<const ErrorFeedback&>(*codec);
   std::vector<float> u(n, 0.0f), r(n, 0.0f);
   for (int step = 0; step < 20; ++step) {
@@ -536,18 +536,18 @@ TEST(Dgc, MomentumCorrectionMatchesTheReference) {
 
 TEST(SparsifierSpecs, CanonicalSpecsSpellOutTheDefaults) {
   EXPECT_EQ(canonical_spec("laplace-topk"),
-            "laplace-topk:center=zero,density=0.001,ef=1,eps=0.2,max_rounds=8");
-  EXPECT_EQ(canonical_spec("laplace-topk:density=1e-2,center=median,eps=0.1,max_rounds=3,ef=0"),
-            "laplace-topk:center=median,density=0.01,ef=0,eps=0.1,max_rounds=3");
-  EXPECT_EQ(canonical_spec("gaussiank"), "gaussiank:density=0.001,ef=1");
-  EXPECT_EQ(canonical_spec("randomk"), "randomk:density=0.001,ef=1,seed=0");
+            "laplace-topk:center=zero,density=0.001,ef=1,eps=0.2,max_rounds=8,warmup=0");
+  EXPECT_EQ(canonical_spec("laplace-topk:density=1e-2,center=median,eps=0.1,max_rounds=3,ef=0,warmup=0"),
+            "laplace-topk:center=median,density=0.01,ef=0,eps=0.1,max_rounds=3,warmup=0");
+  EXPECT_EQ(canonical_spec("gaussiank"), "gaussiank:density=0.001,ef=1,warmup=0");
+  EXPECT_EQ(canonical_spec("randomk"), "randomk:density=0.001,ef=1,seed=0,warmup=0");
   EXPECT_EQ(canonical_spec("randomk:seed=12345678901"),
-            "randomk:density=0.001,ef=1,seed=12345678901");
-  EXPECT_EQ(canonical_spec("dgc"), "dgc:density=0.001,ef=1,sample=0.01");
+            "randomk:density=0.001,ef=1,seed=12345678901,warmup=0");
+  EXPECT_EQ(canonical_spec("dgc"), "dgc:density=0.001,ef=1,sample=0.01,warmup=0");
   EXPECT_EQ(canonical_spec("dgc:density=0.001,momentum=0.9"),
-            "dgc:density=0.001,ef=1,momentum=0.9,sample=0.01");
+            "dgc:density=0.001,ef=1,momentum=0.9,sample=0.01,warmup=0");
   for (const char* text :
-       {"laplace-topk", "laplace-topk:density=0.123456789,eps=0,max_rounds=64", "gaussiank:ef=0",
+       {"laplace-topk", "laplace-topk:density=0.123456789,eps=0,max_rounds=64", "gaussiank:ef=0,warmup=0",
         "randomk:density=1,seed=9", "dgc:sample=1", "dgc:density=0.01,momentum=0.5"}) {
     const std::string canonical = canonical_spec(text);
     EXPECT_EQ(canonical_spec(canonical), canonical) << text;
@@ -567,7 +567,7 @@ TEST(SparsifierSpecs, BadValuesAreConfigErrors) {
         "laplace-topk:max_rounds=0", "laplace-topk:max_rounds=65", "laplace-topk:max_rounds=2.5",
         "laplace-topk:sample=0.1", "gaussiank:density=-1", "gaussiank:eps=0.1", "randomk:density=0",
         "randomk:seed=-1", "randomk:seed=x", "dgc:density=2", "dgc:sample=0.001", "dgc:sample=1.5",
-        "dgc:ef=0,momentum=0.9"}) {
+        "dgc:ef=0,momentum=0.9,warmup=0"}) {
     EXPECT_THROW(create_codec(spec, tensor_of(10)), ConfigError) << spec;
   }
 }
@@ -714,7 +714,7 @@ TEST(SparsifierCorruption, Bitmap) {
 
 TEST(SparsifierCorruption, RandomKBody) {
   const size_t n = 1000;
-  auto codec = create_codec("randomk:density=0.01,ef=0", tensor_of(n));
+  auto codec = create_codec("randomk:density=0.01,ef=0,warmup=0", tensor_of(n));
   const Bytes payload = encode(*codec, laplace_vector(n, 15));
   constexpr size_t kRandomKOffset = PayloadHeader::kSize + 8;
   ASSERT_EQ(get_u32(payload, kRandomKOffset), 10u);
@@ -732,6 +732,42 @@ TEST(SparsifierCorruption, RandomKBody) {
   bad[PayloadHeader::kSize] ^= 1;
   std::vector<float> accum(n, 0.0f);
   EXPECT_NO_THROW(codec->decode_add(bad, accum));
+}
+
+// DGC's warm-up: 25%, 6.25%, 1.56%, 0.39% in four equal stages, then the target density.
+TEST(DensityWarmup, ScheduleFollowsDgcStages) {
+  DensitySchedule schedule(0.001, 8);
+  const double expected[] = {0.25,     0.25,       0.0625,     0.0625, 0.015625,
+                             0.015625, 0.00390625, 0.00390625, 0.001,  0.001};
+  for (const double d : expected) EXPECT_DOUBLE_EQ(schedule.next(), d);
+  DensitySchedule dense(0.5, 4);  // never below the target
+  for (int i = 0; i < 6; ++i) EXPECT_DOUBLE_EQ(dense.next(), 0.5);
+  DensitySchedule off(0.01, 0);
+  EXPECT_DOUBLE_EQ(off.next(), 0.01);
+}
+
+TEST(DensityWarmup, EverySparsifierSendsTheScheduledCount) {
+  const size_t n = 20000;
+  const auto input = random_vector(n, 11);
+  for (const char* name : {"topk", "laplace-topk", "gaussiank", "dgc", "randomk"}) {
+    const std::string spec = std::string(name) + ":density=0.001,warmup=4,ef=0";
+    auto codec = create_codec(spec, tensor_of(n));
+    EXPECT_NE(codec->spec().find("warmup=4"), std::string::npos) << codec->spec();
+    for (const double density : {0.25, 0.0625, 0.015625, 0.00390625, 0.001, 0.001}) {
+      const auto out = decode(*codec, encode(*codec, input), n);
+      const size_t sent = static_cast<size_t>(
+          std::count_if(out.begin(), out.end(), [](float v) { return v != 0.0f; }));
+      const size_t k = topk_count(density, n);
+      // Threshold codecs land within their bracket around k (sparsifiers.h); the others hit k.
+      EXPECT_GE(sent, k * 2 / 3) << spec << " at density " << density;
+      EXPECT_LE(sent, k * 4 / 3) << spec << " at density " << density;
+      if (const SelectionStats* stats = selection_stats(*codec)) {
+        EXPECT_EQ(stats->target, k) << spec << " at density " << density;
+      }
+    }
+  }
+  EXPECT_THROW(create_codec("topk:warmup=-1", tensor_of(10)), ConfigError);
+  EXPECT_THROW(create_codec("dgc:warmup=x", tensor_of(10)), ConfigError);
 }
 
 }  // namespace

@@ -77,7 +77,7 @@ TEST(TopKSelector, InfinityAndNanRankHighest) {
 
 TEST(TopKCodec, KeepsExactlyTheKLargestAndZeroesTheRest) {
   const size_t n = 10000;
-  auto codec = create_codec("topk:density=0.01,ef=0", tensor_of(n));
+  auto codec = create_codec("topk:density=0.01,ef=0,warmup=0", tensor_of(n));
   const auto input = random_vector(n, 10);
   const Bytes payload = encode(*codec, input);
   const auto out = decode(*codec, payload, n);
@@ -96,7 +96,7 @@ TEST(TopKCodec, KeepsExactlyTheKLargestAndZeroesTheRest) {
 
 TEST(TopKCodec, DenseSelectionUsesTheBitmap) {
   const size_t n = 1003;  // not a multiple of 8: exercises the bitmap's last byte
-  auto codec = create_codec("topk:density=0.3,ef=0", tensor_of(n));
+  auto codec = create_codec("topk:density=0.3,ef=0,warmup=0", tensor_of(n));
   const auto input = random_vector(n, 11);
   const Bytes payload = encode(*codec, input);
   const size_t k = topk_count(0.3, n);
@@ -115,7 +115,7 @@ TEST(TopKCodec, PicksTheSmallerLayoutAtTheCrossover) {
   const size_t n = 800;
   for (const size_t k : {24, 25, 26, 27}) {
     const double density = static_cast<double>(k) / n;
-    auto codec = create_codec("topk:ef=0,density=" + format_number(density), tensor_of(n));
+    auto codec = create_codec("topk:ef=0,warmup=0,density=" + format_number(density), tensor_of(n));
     const Bytes payload = encode(*codec, random_vector(n, 12));
     const bool bitmap = n / 8 + 4 * k < 8 * k;
     EXPECT_EQ(payload[kLayoutOffset],
@@ -126,13 +126,13 @@ TEST(TopKCodec, PicksTheSmallerLayoutAtTheCrossover) {
 }
 
 TEST(TopKCodec, DensityOneSendsEverything) {
-  auto codec = create_codec("topk:density=1,ef=0", tensor_of(77));
+  auto codec = create_codec("topk:density=1,ef=0,warmup=0", tensor_of(77));
   const auto input = random_vector(77, 13);
   EXPECT_EQ(decode(*codec, encode(*codec, input), 77), input);
 }
 
 TEST(TopKCodec, KIsAtLeastOne) {
-  auto codec = create_codec("topk:density=0.0001,ef=0", tensor_of(10));
+  auto codec = create_codec("topk:density=0.0001,ef=0,warmup=0", tensor_of(10));
   std::vector<float> input(10, 0.0f);
   input[7] = -5.0f;
   const auto out = decode(*codec, encode(*codec, input), 10);
@@ -141,7 +141,7 @@ TEST(TopKCodec, KIsAtLeastOne) {
 
 TEST(TopKCodec, EncodeResidualZeroesTheSentPositions) {
   const size_t n = 5000;
-  auto codec = create_codec("topk:density=0.02,ef=0", tensor_of(n));
+  auto codec = create_codec("topk:density=0.02,ef=0,warmup=0", tensor_of(n));
   auto a = random_vector(n, 14);
   const auto original = a;
   Bytes out;
@@ -155,7 +155,7 @@ TEST(TopKCodec, EncodeResidualZeroesTheSentPositions) {
 
 TEST(TopKCodec, LargeTensorUsesRadixPathCorrectly) {
   const size_t n = 1 << 18;
-  auto codec = create_codec("topk:density=0.001,ef=0", tensor_of(n));
+  auto codec = create_codec("topk:density=0.001,ef=0,warmup=0", tensor_of(n));
   const auto input = random_vector(n, 15);
   const auto out = decode(*codec, encode(*codec, input), n);
   const auto kept = brute_force_topk(input, topk_count(0.001, n));

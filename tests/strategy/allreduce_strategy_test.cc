@@ -82,7 +82,7 @@ INSTANTIATE_TEST_SUITE_P(
     Codecs, EveryCodecTest,
     ::testing::Combine(::testing::Values("none", "fp16", "topk:density=0.05", "powersgd:rank=2",
                                          "hylo", "conv=filter-topk:rate=0.5,fc=2bit,other=none",
-                                         "2bit", "topk:density=0.1,ef=0", "fp16:ef=1"),
+                                         "2bit", "topk:density=0.1,ef=0,warmup=0", "fp16:ef=1"),
                        ::testing::Values(2, 4)),
     [](const auto& info) {
       std::string name = std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));

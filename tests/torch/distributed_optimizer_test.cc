@@ -168,7 +168,7 @@ TEST(DistributedOptimizerTest, MomentumMovesIntoErrorFeedbackCodecs) {
   };
   {
     DistributedOptimizer opt(solo_context(), sgd(), net, {.compressor = "topk:density=0.01"});
-    EXPECT_EQ(opt.codec_spec(), "topk:density=0.01,ef=1,momentum=0.9");
+    EXPECT_EQ(opt.codec_spec(), "topk:density=0.01,ef=1,momentum=0.9,warmup=0");
     EXPECT_EQ(sgd_momentum(opt), 0.0);
   }
   {

@@ -1,5 +1,6 @@
 #include "gradwire/compress/codec.h"
 
+#include <algorithm>
 #include <charconv>
 #include <cmath>
 #include <cstdio>
@@ -223,6 +224,33 @@ std::string format_number(float value) {
   char buf[64];
   const auto result = std::to_chars(buf, buf + sizeof(buf), value);
   return std::string(buf, result.ptr);
+}
+
+DensitySchedule DensitySchedule::read(SpecReader& reader, const char* codec,
+                                      double default_density) {
+  const double density = reader.get_double("density", default_density);
+  if (!(density > 0.0 && density <= 1.0)) {
+    throw ConfigError(std::string("codec '") + codec + "': density=" + format_number(density) +
+                      " is out of range (0, 1]; it is the fraction of elements sent, e.g. "
+                      "density=" +
+                      format_number(default_density));
+  }
+  const long long warmup = reader.get_int_in("warmup", 0, 0, INT64_MAX);
+  return DensitySchedule(density, static_cast<uint64_t>(warmup));
+}
+
+double DensitySchedule::next() {
+  const uint64_t step = step_++;
+  if (step >= warmup_) return density_;
+  // Stage s = floor(4 step / warmup) in 0..3 (in doubles: 4 step may not fit 64 bits).
+  const double stage =
+      std::min(3.0, std::floor(4.0 * static_cast<double>(step) / static_cast<double>(warmup_)));
+  return std::max(density_, std::pow(0.25, stage + 1.0));
+}
+
+void DensitySchedule::describe(std::map<std::string, std::string>& params) const {
+  params["density"] = format_number(density_);
+  params["warmup"] = std::to_string(warmup_);
 }
 
 std::string bare_spec(const std::string& name, std::map<std::string, std::string> params) {

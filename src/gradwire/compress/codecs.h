@@ -42,6 +42,32 @@ enum class TopKLayout : uint8_t { kIndexList = 0, kBitmap = 1 };
 // 1e-9 so that decimal densities behave as written (0.07 of 100 is 7, not 8).
 size_t topk_count(double density, size_t n);
 
+// The density a sparsifier (topk, laplace-topk, gaussiank, dgc, randomk) uses at each
+// encode: the target `density`, after DGC's warm-up (ALGORITHMS.md 1.4) when `warmup` > 0.
+// During the first `warmup` encodes the density is max(density, 4^-(s+1)) in stage
+// s = floor(4 step / warmup): 25%, 6.25%, 1.56%, 0.39%, then the target. Every rank encodes
+// each tensor once per step, so ranks agree on the schedule; payloads carry their count, so
+// decoders do not need it.
+class DensitySchedule {
+ public:
+  DensitySchedule(double density, uint64_t warmup) : density_(density), warmup_(warmup) {}
+
+  // Reads `density` (in (0, 1], default `default_density`) and `warmup` (encode steps,
+  // default 0) for codec `codec`; throws ConfigError naming the codec and the range.
+  static DensitySchedule read(SpecReader& reader, const char* codec, double default_density);
+
+  // The density of the coming encode; advances the step.
+  double next();
+  double density() const { return density_; }
+  // Adds density= and warmup= to a spec's parameters.
+  void describe(std::map<std::string, std::string>& params) const;
+
+ private:
+  double density_;
+  uint64_t warmup_;
+  uint64_t step_ = 0;
+};
+
 // The element count as the header's u32; throws Error when the tensor is too large.
 uint32_t checked_count(size_t n, CodecId codec);
 

@@ -39,19 +39,21 @@ float at_least(float thr) { return thr > 0.0f ? std::nextafter(thr, 0.0f) : -1.0
 
 class DgcCodec final : public IndexedSparsifier {
  public:
-  DgcCodec(double density, double sample)
+  DgcCodec(DensitySchedule density, double sample)
       : IndexedSparsifier(kDgcVersion, kNames), density_(density), sample_fraction_(sample) {}
 
   CodecId id() const override { return CodecId::kDgc; }
   std::string spec() const override {
-    return bare_spec(
-        "dgc", {{"density", format_number(density_)}, {"sample", format_number(sample_fraction_)}});
+    std::map<std::string, std::string> params{{"sample", format_number(sample_fraction_)}};
+    density_.describe(params);
+    return bare_spec("dgc", std::move(params));
   }
 
  private:
   void select(std::span<const float> a) override {
     const size_t n = a.size();
-    const size_t k = topk_count(density_, n);
+    const double density = density_.next();
+    const size_t k = topk_count(density, n);
     stats_ = SelectionStats{};
     stats_.target = k;
     if (n == 0) {
@@ -63,7 +65,7 @@ class DgcCodec final : public IndexedSparsifier {
     const size_t stride = n / samples;
     sample_.resize(samples);
     for (size_t j = 0; j < samples; ++j) sample_[j] = a[j * stride];
-    float thr = nth_largest_magnitude(sample_, topk_count(density_, samples) - 1, keys_);
+    float thr = nth_largest_magnitude(sample_, topk_count(density, samples) - 1, keys_);
     if (!std::isfinite(thr)) {
       exact_.select(a, k, indices_);
       stats_.exact_fallback = true;
@@ -88,7 +90,7 @@ class DgcCodec final : public IndexedSparsifier {
     stats_.selected = indices_.size();
   }
 
-  double density_;
+  DensitySchedule density_;
   double sample_fraction_;
   ThresholdSelector selector_;
   TopKSelector exact_;
@@ -99,12 +101,7 @@ class DgcCodec final : public IndexedSparsifier {
 }  // namespace
 
 std::unique_ptr<Codec> make_dgc_codec(SpecReader& reader, const TensorInfo&) {
-  const double density = reader.get_double("density", 0.001);
-  if (!(density > 0.0 && density <= 1.0)) {
-    throw ConfigError("codec 'dgc': density=" + format_number(density) +
-                      " is out of range (0, 1]; it is the fraction of elements sent, e.g. "
-                      "density=0.001");
-  }
+  const DensitySchedule density = DensitySchedule::read(reader, "dgc", 0.001);
   const double sample = reader.get_double("sample", 0.01);
   if (!(sample >= 0.01 && sample <= 1.0)) {
     throw ConfigError("codec 'dgc': sample=" + format_number(sample) +

@@ -63,18 +63,20 @@ double lower_normal_quantile(double p) {
 
 class GaussianKCodec final : public IndexedSparsifier {
  public:
-  explicit GaussianKCodec(double density)
+  explicit GaussianKCodec(DensitySchedule density)
       : IndexedSparsifier(kGaussianKVersion, kNames), density_(density) {}
 
   CodecId id() const override { return CodecId::kGaussianK; }
   std::string spec() const override {
-    return bare_spec("gaussiank", {{"density", format_number(density_)}});
+    std::map<std::string, std::string> params;
+    density_.describe(params);
+    return bare_spec("gaussiank", std::move(params));
   }
 
  private:
   void select(std::span<const float> a) override {
     const size_t n = a.size();
-    const size_t k = topk_count(density_, n);
+    const size_t k = topk_count(density_.next(), n);
     stats_ = SelectionStats{};
     stats_.target = k;
     if (n == 0) {
@@ -129,7 +131,7 @@ class GaussianKCodec final : public IndexedSparsifier {
     stats_.selected = indices_.size();
   }
 
-  double density_;
+  DensitySchedule density_;
   ThresholdSelector selector_;
   TopKSelector exact_;
 };
@@ -137,13 +139,7 @@ class GaussianKCodec final : public IndexedSparsifier {
 }  // namespace
 
 std::unique_ptr<Codec> make_gaussian_k_codec(SpecReader& reader, const TensorInfo&) {
-  const double density = reader.get_double("density", 0.001);
-  if (!(density > 0.0 && density <= 1.0)) {
-    throw ConfigError("codec 'gaussiank': density=" + format_number(density) +
-                      " is out of range (0, 1]; it is the fraction of elements sent, e.g. "
-                      "density=0.001");
-  }
-  return std::make_unique<GaussianKCodec>(density);
+  return std::make_unique<GaussianKCodec>(DensitySchedule::read(reader, "gaussiank", 0.001));
 }
 
 }  // namespace gradwire::compress

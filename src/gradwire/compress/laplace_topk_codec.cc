@@ -40,7 +40,7 @@ constexpr SparseBodyNames kNames{
 enum class Center { kZero, kMedian };
 
 struct LaplaceOptions {
-  double density = 0.001;
+  DensitySchedule density{0.001, 0};
   Center center = Center::kZero;
   double eps = 0.2;
   int max_rounds = 8;
@@ -61,11 +61,12 @@ class LaplaceTopKCodec final : public IndexedSparsifier {
 
   CodecId id() const override { return CodecId::kLaplaceTopK; }
   std::string spec() const override {
-    return bare_spec("laplace-topk",
-                     {{"density", format_number(options_.density)},
-                      {"center", options_.center == Center::kZero ? "zero" : "median"},
-                      {"eps", format_number(options_.eps)},
-                      {"max_rounds", std::to_string(options_.max_rounds)}});
+    std::map<std::string, std::string> params{
+        {"center", options_.center == Center::kZero ? "zero" : "median"},
+        {"eps", format_number(options_.eps)},
+        {"max_rounds", std::to_string(options_.max_rounds)}};
+    options_.density.describe(params);
+    return bare_spec("laplace-topk", std::move(params));
   }
 
  private:
@@ -89,7 +90,7 @@ class LaplaceTopKCodec final : public IndexedSparsifier {
   // Sets indices_ (increasing) and stats_.
   void select(std::span<const float> a) override {
     const size_t n = a.size();
-    const size_t k = topk_count(options_.density, n);
+    const size_t k = topk_count(options_.density.next(), n);
     stats_ = SelectionStats{};
     stats_.target = k;
     if (n == 0) {
@@ -192,12 +193,7 @@ class LaplaceTopKCodec final : public IndexedSparsifier {
 
 std::unique_ptr<Codec> make_laplace_topk_codec(SpecReader& reader, const TensorInfo&) {
   LaplaceOptions options;
-  options.density = reader.get_double("density", options.density);
-  if (!(options.density > 0.0 && options.density <= 1.0)) {
-    throw ConfigError("codec 'laplace-topk': density=" + format_number(options.density) +
-                      " is out of range (0, 1]; it is the fraction of elements sent, e.g. "
-                      "density=0.001");
-  }
+  options.density = DensitySchedule::read(reader, "laplace-topk", 0.001);
   const std::string center = reader.get_string("center", "zero");
   if (center == "zero") {
     options.center = Center::kZero;

@@ -87,18 +87,19 @@ class RandomPermutation {
 
 class RandomKCodec final : public SparsifierCodec {
  public:
-  RandomKCodec(double density, uint64_t seed, const std::string& tensor_name)
+  RandomKCodec(DensitySchedule density, uint64_t seed, const std::string& tensor_name)
       : density_(density), seed_(seed), stream_(mix64(seed ^ hash_name(tensor_name))) {}
 
   CodecId id() const override { return CodecId::kRandomK; }
   std::string spec() const override {
-    return bare_spec("randomk",
-                     {{"density", format_number(density_)}, {"seed", std::to_string(seed_)}});
+    std::map<std::string, std::string> params{{"seed", std::to_string(seed_)}};
+    density_.describe(params);
+    return bare_spec("randomk", std::move(params));
   }
 
   void encode(std::span<const float> input, Bytes& out) override {
     const uint32_t n = checked_count(input.size(), id());
-    const size_t k = topk_count(density_, n);
+    const size_t k = topk_count(density_.next(), n);
     const uint64_t step_seed = mix64(stream_ + kGolden * ++step_);
     indices_.resize(k);
     if (k != 0) {
@@ -144,7 +145,7 @@ class RandomKCodec final : public SparsifierCodec {
   }
 
  private:
-  double density_;
+  DensitySchedule density_;
   uint64_t seed_;
   uint64_t stream_;  // mix(seed ^ hash(tensor name))
   uint64_t step_ = 0;
@@ -154,12 +155,7 @@ class RandomKCodec final : public SparsifierCodec {
 }  // namespace
 
 std::unique_ptr<Codec> make_random_k_codec(SpecReader& reader, const TensorInfo& tensor) {
-  const double density = reader.get_double("density", 0.001);
-  if (!(density > 0.0 && density <= 1.0)) {
-    throw ConfigError("codec 'randomk': density=" + format_number(density) +
-                      " is out of range (0, 1]; it is the fraction of elements sent, e.g. "
-                      "density=0.001");
-  }
+  const DensitySchedule density = DensitySchedule::read(reader, "randomk", 0.001);
   const long long seed = reader.get_int_in("seed", 0, 0, INT64_MAX);
   return std::make_unique<RandomKCodec>(density, static_cast<uint64_t>(seed), tensor.name);
 }

@@ -13,16 +13,18 @@ constexpr SparseBodyNames kNames{"topk",        "topk k",      "topk layout",   
 
 class TopKCodec final : public Codec {
  public:
-  explicit TopKCodec(double density) : density_(density) {}
+  explicit TopKCodec(DensitySchedule density) : density_(density) {}
 
   CodecId id() const override { return CodecId::kTopK; }
   std::string spec() const override {
-    return bare_spec("topk", {{"density", format_number(density_)}});
+    std::map<std::string, std::string> params;
+    density_.describe(params);
+    return bare_spec("topk", std::move(params));
   }
 
   void encode(std::span<const float> input, Bytes& out) override {
     const uint32_t n = checked_count(input.size(), id());
-    const size_t k = topk_count(density_, n);
+    const size_t k = topk_count(density_.next(), n);
     selector_.select(input, k, indices_);
     ByteWriter writer(out);
     PayloadHeader{CodecId::kTopK, kTopKVersion, n}.write(writer);
@@ -43,7 +45,7 @@ class TopKCodec final : public Codec {
   }
 
  private:
-  double density_;
+  DensitySchedule density_;
   TopKSelector selector_;
   std::vector<uint32_t> indices_;  // positions sent by the last encode, increasing
 };
@@ -51,13 +53,7 @@ class TopKCodec final : public Codec {
 }  // namespace
 
 std::unique_ptr<Codec> make_topk_codec(SpecReader& reader, const TensorInfo&) {
-  const double density = reader.get_double("density", 0.01);
-  if (!(density > 0.0 && density <= 1.0)) {
-    throw ConfigError("codec 'topk': density=" + format_number(density) +
-                      " is out of range (0, 1]; it is the fraction of elements sent, e.g. "
-                      "density=0.01");
-  }
-  return std::make_unique<TopKCodec>(density);
+  return std::make_unique<TopKCodec>(DensitySchedule::read(reader, "topk", 0.01));
 }
 
 }  // namespace gradwire::compress
