@@ -5,6 +5,7 @@
 #include <bit>
 #include <cmath>
 #include <complex>
+#include <cstring>
 #include <limits>
 #include <numeric>
 #include <random>
@@ -624,21 +625,42 @@ TEST(SpectralCodec, WrongTensorSizeIsAnError) {
 // --- spec parsing --------------------------------------------------------------------------
 
 TEST(SpectralSpec, DefaultsAndCanonicalRoundTrip) {
-  EXPECT_EQ(canonical_spec("spectral"), "spectral:bits=8,chunk=65536,ef=0,theta=0.9");
-  EXPECT_EQ(canonical_spec("spectral:theta=0.95,ef=1"),
-            "spectral:bits=8,chunk=65536,ef=1,theta=0.95");
-  EXPECT_EQ(canonical_spec("spectral:chunk=1024,bits=12,theta=0"),
-            "spectral:bits=12,chunk=1024,ef=0,theta=0");
+  EXPECT_EQ(canonical_spec("spectral"),
+            "spectral:bits=8,chunk=65536,ef=1,theta=0.9,theta_end=0.9,theta_steps=0");
+  EXPECT_EQ(canonical_spec("spectral:theta=0.95,ef=0"),
+            "spectral:bits=8,chunk=65536,ef=0,theta=0.95,theta_end=0.95,theta_steps=0");
+  EXPECT_EQ(canonical_spec("spectral:chunk=1024,bits=12,theta=0,theta_end=0.5,theta_steps=9"),
+            "spectral:bits=12,chunk=1024,ef=1,theta=0,theta_end=0.5,theta_steps=9");
   for (const char* spec : {"spectral", "spectral:theta=0.99,ef=1,chunk=64,bits=5",
                            "spectral:theta=0.5,bits=16,momentum=0.9,ef=1"}) {
     const std::string canonical = canonical_spec(spec);
     EXPECT_EQ(canonical_spec(canonical), canonical) << spec;
   }
-  EXPECT_FALSE(uses_error_feedback("spectral"));
-  EXPECT_FALSE(uses_error_feedback("spectral:theta=0.99"));
-  EXPECT_TRUE(uses_error_feedback("spectral:theta=0.95,ef=1"));
+  EXPECT_TRUE(uses_error_feedback("spectral"));
+  EXPECT_FALSE(uses_error_feedback("spectral:theta=0.99,ef=0"));
   EXPECT_EQ(create_codec("spectral", tensor_of(10))->id(), CodecId::kSpectral);
   EXPECT_FALSE(create_codec("spectral", tensor_of(10))->additive_wire().has_value());
+}
+
+// A diminishing theta keeps more coefficients as training goes on: the kept count per
+// chunk follows start + (end - start) step / steps, then stays at the end value.
+TEST(SpectralSpec, ThetaScheduleSetsTheKeptCount) {
+  const size_t n = 1024;  // one chunk of 1024: m = 513 coefficients
+  auto codec = create_codec("spectral:chunk=1024,theta=0.9,theta_end=0.5,theta_steps=4,ef=0",
+                            tensor_of(n));
+  const auto input = random_vector(n, 3);
+  // Body: header 8 | log2 chunk | B | e_max | E | u32 count.
+  for (const double theta : {0.9, 0.8, 0.7, 0.6, 0.5, 0.5}) {
+    Bytes payload;
+    codec->encode(input, payload);
+    uint32_t count = 0;
+    std::memcpy(&count, payload.data() + 12, 4);
+    EXPECT_EQ(count, topk_count(1.0 - theta, 513)) << "theta " << theta;
+    std::vector<float> out(n, 0.0f);
+    EXPECT_NO_THROW(codec->decode_add(payload, out));
+  }
+  EXPECT_THROW(canonical_spec("spectral:theta_end=1"), ConfigError);
+  EXPECT_THROW(canonical_spec("spectral:theta_steps=-1"), ConfigError);
 }
 
 TEST(SpectralSpec, RejectsBadValues) {

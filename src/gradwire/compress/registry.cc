@@ -63,7 +63,7 @@ const CodecTable& codec_table() {
     add(t, "signsgd", make_sign_sgd_codec, true);
     add(t, "bf16", make_bf16_codec, false);
     // spectral:
-    add(t, "spectral", make_spectral_codec, false);
+    add(t, "spectral", make_spectral_codec, true);
     // layer-aware:
     add(t, "filter-topk", make_filter_topk_codec, true, /*mask_momentum=*/true);
     add(t, "powersgd", make_powersgd_codec, /*default_ef=*/false);  // own_error_feedback()

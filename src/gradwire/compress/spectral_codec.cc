@@ -58,17 +58,15 @@ using Plan = std::unique_ptr<std::remove_pointer_t<fftwf_plan>, PlanDestroy>;
 // rank (FFTW_MEASURE would time candidates and could pick different ones).
 struct Transform {
   size_t n = 0;
-  size_t m = 0;     // n/2 + 1 coefficients
-  size_t keep = 0;  // coefficients kept per chunk
+  size_t m = 0;  // n/2 + 1 coefficients
   Plan forward;
   Plan inverse;
 };
 
-Transform make_transform(size_t n, double theta) {
+Transform make_transform(size_t n) {
   Transform t;
   t.n = n;
   t.m = n / 2 + 1;
-  t.keep = topk_count(1.0 - theta, t.m);
   auto real = fftw_array<float>(n);
   auto spectrum = fftw_array<fftwf_complex>(t.m);
   const std::lock_guard<std::mutex> lock(fftw_planner_mutex());
@@ -294,11 +292,11 @@ class SpectrumSelector {
 
 class SpectralCodec final : public Codec {
  public:
-  SpectralCodec(double theta, size_t chunk, int bits, size_t numel)
+  SpectralCodec(const ThetaSchedule& theta, size_t chunk, int bits, size_t numel)
       : theta_(theta), chunk_(chunk), bits_(bits), numel_(numel) {
     const size_t last = spectral_last_chunk(numel, chunk);
-    if (numel >= chunk) full_ = make_transform(chunk, theta);
-    if (numel % chunk != 0) last_ = make_transform(last, theta);
+    if (numel >= chunk) full_ = make_transform(chunk);
+    if (numel % chunk != 0) last_ = make_transform(last);
     const size_t largest = std::max(full_.n, last_.n);
     if (largest != 0) {
       encode_scratch_ = std::make_unique<Scratch>(largest);
@@ -313,7 +311,9 @@ class SpectralCodec final : public Codec {
   std::string spec() const override {
     return bare_spec("spectral", {{"bits", std::to_string(bits_)},
                                   {"chunk", std::to_string(chunk_)},
-                                  {"theta", format_number(theta_)}});
+                                  {"theta", format_number(theta_.start)},
+                                  {"theta_end", format_number(theta_.end)},
+                                  {"theta_steps", std::to_string(theta_.steps)}});
   }
 
   void encode(std::span<const float> input, Bytes& out) override {
@@ -402,9 +402,10 @@ class SpectralCodec final : public Codec {
     PayloadHeader{kId, kSpectralVersion, checked_count(input.size(), kId)}.write(writer);
     writer.put<uint8_t>(static_cast<uint8_t>(std::countr_zero(chunk_)));
     writer.put<uint8_t>(static_cast<uint8_t>(bits_));
+    const double theta = theta_.at(step_++);
     for_each_chunk([&](size_t, size_t start, size_t length, const Transform& t) {
       const size_t at = out.size();
-      encode_chunk(input.data() + start, length, t, start, writer);
+      encode_chunk(input.data() + start, length, t, topk_count(1.0 - theta, t.m), start, writer);
       if (residual == nullptr) return;
       ByteReader reader(std::span<const uint8_t>(out).subspan(at));
       const ChunkView view = read_chunk(reader, t.m, bits_, 0);
@@ -414,7 +415,8 @@ class SpectralCodec final : public Codec {
     });
   }
 
-  void encode_chunk(const float* a, size_t length, const Transform& t, size_t start,
+  // Keeps the `keep` largest of the chunk's coefficients.
+  void encode_chunk(const float* a, size_t length, const Transform& t, size_t keep, size_t start,
                     ByteWriter& writer) {
     Scratch& s = *encode_scratch_;
     float* real = s.real.get();
@@ -433,7 +435,7 @@ class SpectralCodec final : public Codec {
     const int exponent =
         largest == 0 ? 0 : std::clamp(std::ilogb(std::bit_cast<float>(largest)), -126, 126);
     magnitude_keys(x, keys_.data(), t.m, std::ldexp(1.0f, -exponent));
-    selector_.select(keys_.data(), t.m, t.keep, indices_);
+    selector_.select(keys_.data(), t.m, keep, indices_);
 
     const size_t k = indices_.size();
     float* values = s.values.data();
@@ -497,7 +499,8 @@ class SpectralCodec final : public Codec {
     fftwf_execute_dft_c2r(t.inverse.get(), spectrum, s.real.get());
   }
 
-  double theta_;
+  ThetaSchedule theta_;
+  uint64_t step_ = 0;  // encodes so far (the schedule's clock)
   size_t chunk_;
   int bits_;
   size_t numel_;
@@ -513,19 +516,36 @@ class SpectralCodec final : public Codec {
 
 }  // namespace
 
+double ThetaSchedule::at(uint64_t step) const {
+  if (step >= steps) return end;
+  return start + (end - start) * (static_cast<double>(step) / static_cast<double>(steps));
+}
+
 size_t spectral_last_chunk(size_t numel, size_t chunk) {
   const size_t tail = numel % chunk;
   if (tail == 0) return chunk;
   return std::max(kSpectralMinChunk, std::bit_ceil(tail));
 }
 
-std::unique_ptr<Codec> make_spectral_codec(SpecReader& reader, const TensorInfo& tensor) {
-  const double theta = reader.get_double("theta", 0.9);
+namespace {
+
+double read_theta(SpecReader& reader, const char* key, double fallback) {
+  const double theta = reader.get_double(key, fallback);
   if (!(theta >= 0.0 && theta < 1.0)) {
-    throw ConfigError("codec 'spectral': theta=" + format_number(theta) +
+    throw ConfigError(std::string("codec 'spectral': ") + key + "=" + format_number(theta) +
                       " is out of range [0, 1); it is the fraction of Fourier coefficients "
                       "dropped, e.g. theta=0.9 keeps 10%");
   }
+  return theta;
+}
+
+}  // namespace
+
+std::unique_ptr<Codec> make_spectral_codec(SpecReader& reader, const TensorInfo& tensor) {
+  ThetaSchedule theta;
+  theta.start = read_theta(reader, "theta", 0.9);
+  theta.end = read_theta(reader, "theta_end", theta.start);
+  theta.steps = static_cast<uint64_t>(reader.get_int_in("theta_steps", 0, 0, INT64_MAX));
   const long long chunk = reader.get_int("chunk", static_cast<long long>(kSpectralMaxChunk));
   if (chunk < static_cast<long long>(kSpectralMinChunk) ||
       chunk > static_cast<long long>(kSpectralMaxChunk) ||
