@@ -1,148 +1,155 @@
-// Codec throughput: bytes/s counts the float32 input (4 bytes per element) for every
-// benchmark, so the numbers compare directly across codecs.
+// Encode and decode throughput of every codec on the inputs of bench_inputs.h, one core.
+// bytes/s counts the float32 input (4 bytes per element), so every row compares directly
+// with ref/memcpy on the same input (reference_bench.cc).
 //
-//   gradwire_codec_bench --benchmark_filter=TopK
+//   <codec>/encode/<size>     encode() of the bare codec (ef=0)
+//   <codec>/encode_ef/<size>  encode() with error feedback (ef=1: r += g, encode, r = a -
+//                             D(C(a))), for the codecs whose design has it
+//   <codec>/decode/<size>     decode_add() of one payload into an accumulator
+//   <codec>/to_wire/<size>    the additive face (allreduce path): scale and convert
+//
+// Sparsifiers run at density 0.001 (the design's targets); every other codec at its
+// defaults. Counters: payload_bytes, ratio (input bytes / payload bytes) and, for the
+// threshold sparsifiers, the selected count against k and the passes over the input.
+//
+//   gradwire bench codecs --filter 'laplace-topk|ref' --size 25M
 #include <benchmark/benchmark.h>
 
 #include <random>
 #include <string>
 #include <vector>
 
+#include "bench_inputs.h"
 #include "gradwire/compress/registry.h"
-#include "gradwire/compress/topk_select.h"
+#include "gradwire/compress/sparsifiers.h"
 
-namespace gradwire::compress {
+namespace gradwire::bench {
 namespace {
 
-std::vector<float> gradient(size_t n) {
-  std::mt19937 rng(42);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(n);
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
+using compress::Codec;
+using compress::create_codec;
 
-TensorInfo tensor_of(size_t n) {
-  return TensorInfo{"bench", {static_cast<int64_t>(n)}, LayerKind::kOther};
-}
+struct CodecBench {
+  const char* name;     // benchmark name prefix: the codec's spec name
+  const char* spec;     // the bare codec
+  const char* spec_ef;  // with error feedback; nullptr when the design has none
+  bool additive;        // also time to_wire
+};
+
+const CodecBench kCodecs[] = {
+    {"none", "none", nullptr, true},
+    {"fp16", "fp16", nullptr, true},
+    {"bf16", "bf16", nullptr, false},
+    {"topk", "topk:density=0.001,ef=0", "topk:density=0.001,ef=1", false},
+    {"laplace-topk", "laplace-topk:density=0.001,ef=0", "laplace-topk:density=0.001,ef=1", false},
+    {"gaussiank", "gaussiank:density=0.001,ef=0", "gaussiank:density=0.001,ef=1", false},
+    {"dgc", "dgc:density=0.001,ef=0", "dgc:density=0.001,ef=1", false},
+    {"randomk", "randomk:density=0.001,ef=0", "randomk:density=0.001,ef=1", false},
+    {"filter-topk", "filter-topk:ef=0", "filter-topk:ef=1", false},
+    {"2bit", "2bit:ef=0", "2bit:ef=1", false},
+    {"qsgd", "qsgd", nullptr, false},
+    {"terngrad", "terngrad", nullptr, false},
+    {"signsgd", "signsgd:ef=0", "signsgd:ef=1", false},
+    {"spectral", "spectral:ef=0", "spectral:ef=1", false},
+    {"powersgd", "powersgd:ef=0", "powersgd:ef=1", false},
+};
 
 void set_throughput(benchmark::State& state, size_t n) {
   state.SetBytesProcessed(static_cast<int64_t>(state.iterations()) * static_cast<int64_t>(n) * 4);
 }
 
-// encode() (with ef=1 this is r += g and encode_residual).
-void BM_Encode(benchmark::State& state, const char* spec) {
-  const auto n = static_cast<size_t>(state.range(0));
-  auto codec = create_codec(spec, tensor_of(n));
-  const auto g = gradient(n);
+void report_payload(benchmark::State& state, const Codec& codec, size_t n, size_t bytes) {
+  state.counters["payload_bytes"] = static_cast<double>(bytes);
+  state.counters["ratio"] = 4.0 * static_cast<double>(n) / static_cast<double>(bytes);
+  if (const auto* s = compress::selection_stats(codec)) {
+    state.counters["selected"] = static_cast<double>(s->selected);
+    state.counters["k"] = static_cast<double>(s->target);
+    state.counters["passes"] = s->full_passes;
+  }
+}
+
+// Each iteration encodes a random n-long span of the input's 2n window (bench_inputs.h).
+void BM_Encode(benchmark::State& state, const BenchInput* input, std::string spec) {
+  const size_t n = input->n;
+  std::span<const float> data;
+  try {
+    data = window(*input);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  auto codec = create_codec(spec, input->tensor);
+  std::mt19937_64 rng(7);
+  const auto gradient = [&] { return data.subspan(rng() % (n + 1), n); };
   Bytes out;
-  codec->encode(g, out);  // steady state: residual allocated, output buffer grown
+  for (int warm = 0; warm < 3; ++warm) {  // steady state: buffers grown, residual allocated
+    out.clear();
+    codec->encode(gradient(), out);
+  }
   for (auto _ : state) {
+    const auto g = gradient();
     out.clear();
     codec->encode(g, out);
     benchmark::DoNotOptimize(out.data());
   }
-  state.counters["payload_bytes"] = static_cast<double>(out.size());
+  report_payload(state, *codec, n, out.size());
   set_throughput(state, n);
 }
 
-void BM_DecodeAdd(benchmark::State& state, const char* spec) {
-  const auto n = static_cast<size_t>(state.range(0));
-  auto codec = create_codec(spec, tensor_of(n));
+void BM_Decode(benchmark::State& state, const BenchInput* input, std::string spec) {
+  std::span<const float> g;
+  try {
+    g = first_gradient(*input);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  auto codec = create_codec(spec, input->tensor);
   Bytes payload;
-  codec->encode(gradient(n), payload);
-  std::vector<float> accum(n, 0.0f);
+  codec->encode(g, payload);
+  std::vector<float> accum(input->n, 0.0f);
   for (auto _ : state) {
     codec->decode_add(payload, accum);
     benchmark::DoNotOptimize(accum.data());
   }
-  set_throughput(state, n);
+  report_payload(state, *codec, input->n, payload.size());
+  set_throughput(state, input->n);
 }
 
-// Additive face: to_wire with a scale (fp32 / fp16 allreduce preparation).
-void BM_ToWire(benchmark::State& state, const char* spec) {
-  const auto n = static_cast<size_t>(state.range(0));
-  auto codec = create_codec(spec, tensor_of(n));
-  const auto g = gradient(n);
-  std::vector<uint8_t> wire(4 * n);
+void BM_ToWire(benchmark::State& state, const BenchInput* input, std::string spec) {
+  std::span<const float> g;
+  try {
+    g = first_gradient(*input);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return;
+  }
+  auto codec = create_codec(spec, input->tensor);
+  std::vector<float> wire(input->n);  // large enough for every wire type
   for (auto _ : state) {
     codec->to_wire(g, 0.25f, wire.data());
     benchmark::DoNotOptimize(wire.data());
   }
-  set_throughput(state, n);
+  set_throughput(state, input->n);
 }
 
-// Top-k selection alone: nth_element reference vs radix select; range(1) = 1/density.
-void BM_TopKNthElement(benchmark::State& state) {
-  const auto n = static_cast<size_t>(state.range(0));
-  const size_t k = n / static_cast<size_t>(state.range(1));
-  const auto g = gradient(n);
-  TopKSelector selector;
-  std::vector<uint32_t> indices;
-  for (auto _ : state) {
-    selector.select_nth_element(g, k, indices);
-    benchmark::DoNotOptimize(indices.data());
-  }
-  set_throughput(state, n);
-}
-
-void BM_TopKRadix(benchmark::State& state) {
-  const auto n = static_cast<size_t>(state.range(0));
-  const size_t k = n / static_cast<size_t>(state.range(1));
-  const auto g = gradient(n);
-  TopKSelector selector;
-  std::vector<uint32_t> indices;
-  for (auto _ : state) {
-    selector.select_radix(g, k, indices);
-    benchmark::DoNotOptimize(indices.data());
-  }
-  set_throughput(state, n);
-}
-
-constexpr int64_t kSmall = 1 << 16;
-constexpr int64_t kLarge = 1 << 22;
-
-struct CodecCase {
-  const char* label;
-  const char* spec;
-};
-
-// Registered from a table (before benchmark_main's main() runs).
 const bool kRegistered = [] {
-  const CodecCase encode_cases[] = {{"none", "none"},
-                                    {"fp16", "fp16"},
-                                    {"topk_0.01_ef0", "topk:density=0.01,ef=0"},
-                                    {"topk_0.01_ef1", "topk:density=0.01,ef=1"},
-                                    {"topk_0.001_ef1", "topk:density=0.001,ef=1"},
-                                    {"topk_0.1_ef1", "topk:density=0.1,ef=1"},
-                                    {"2bit_ef0", "2bit:ef=0"},
-                                    {"2bit_ef1", "2bit:ef=1"}};
-  const CodecCase decode_cases[] = {{"none", "none"},
-                                    {"fp16", "fp16"},
-                                    {"topk_0.01", "topk:density=0.01"},
-                                    {"topk_0.1_bitmap", "topk:density=0.1"},
-                                    {"2bit", "2bit"}};
-  const CodecCase wire_cases[] = {{"none", "none"}, {"fp16", "fp16"}};
-  const auto add = [](const std::string& name, auto fn, const char* spec) {
-    benchmark::RegisterBenchmark(name.c_str(), fn, spec)
-        ->Arg(kSmall)
-        ->Arg(kLarge)
-        ->Unit(benchmark::kMicrosecond);
-  };
-  for (const auto& c : encode_cases) add(std::string("BM_Encode/") + c.label, BM_Encode, c.spec);
-  for (const auto& c : decode_cases) {
-    add(std::string("BM_DecodeAdd/") + c.label, BM_DecodeAdd, c.spec);
+  for (const BenchInput& input : bench_inputs()) {
+    const std::string size = "/" + input.label;
+    const auto add = [&](const std::string& name, auto fn, const char* spec) {
+      benchmark::RegisterBenchmark(name.c_str(), fn, &input, std::string(spec))
+          ->Unit(benchmark::kMillisecond);
+    };
+    for (const CodecBench& c : kCodecs) {
+      const std::string prefix = c.name;
+      add(prefix + "/encode" + size, BM_Encode, c.spec);
+      if (c.spec_ef != nullptr) add(prefix + "/encode_ef" + size, BM_Encode, c.spec_ef);
+      add(prefix + "/decode" + size, BM_Decode, c.spec);
+      if (c.additive) add(prefix + "/to_wire" + size, BM_ToWire, c.spec);
+    }
   }
-  for (const auto& c : wire_cases) add(std::string("BM_ToWire/") + c.label, BM_ToWire, c.spec);
   return true;
 }();
 
-BENCHMARK(BM_TopKNthElement)
-    ->ArgsProduct({{1 << 12, 1 << 14, 1 << 15, 3 << 14, kSmall, 1 << 18, kLarge}, {100, 1000}})
-    ->Unit(benchmark::kMicrosecond);
-BENCHMARK(BM_TopKRadix)
-    ->ArgsProduct({{1 << 12, 1 << 14, 1 << 15, 3 << 14, kSmall, 1 << 18, kLarge}, {100, 1000}})
-    ->Unit(benchmark::kMicrosecond);
-
 }  // namespace
-}  // namespace gradwire::compress
+}  // namespace gradwire::bench

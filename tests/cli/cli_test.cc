@@ -8,6 +8,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <string>
 
 namespace {
@@ -59,6 +60,34 @@ TEST(CliTest, TrainTwoWorkersOneEpochWritesMetrics) {
     EXPECT_TRUE(summary.contains(key)) << key;
   }
   std::filesystem::remove(metrics);
+}
+
+// The benchmark names scripts rely on, with Google Benchmark's JSON and bytes_per_second,
+// on the Laplace input and the gradient captured from the Fashion-MNIST CNN.
+TEST(CliTest, BenchCodecsWritesNamedJson) {
+  const std::string json = temp_path("bench.json");
+  for (const char* size : {"1M", "cnn_fc1"}) {
+    const auto r =
+        run(std::string(GRADWIRE_CLI) + " bench codecs --size " + size +
+                " --filter 'laplace-topk/encode.*|2bit/encode_ef|ref/memcpy|ref/torch_topk'"
+                " --min-time 0.01 --json " +
+                json,
+            300);
+    ASSERT_EQ(r.status, 0) << r.output;
+    std::ifstream in(json);
+    const auto doc = nlohmann::json::parse(in);
+    std::set<std::string> names;
+    for (const auto& b : doc["benchmarks"]) {
+      names.insert(b["name"].get<std::string>());
+      EXPECT_FALSE(b.contains("error_occurred")) << b;
+      EXPECT_GT(b["bytes_per_second"].get<double>(), 0.0) << b;
+    }
+    for (const std::string name : {"laplace-topk/encode/", "laplace-topk/encode_ef/",
+                                   "2bit/encode_ef/", "ref/memcpy/", "ref/torch_topk/"}) {
+      EXPECT_TRUE(names.count(name + size)) << name << size << " missing";
+    }
+  }
+  std::filesystem::remove(json);
 }
 
 TEST(CliTest, UnknownCompressorFailsWithTheList) {

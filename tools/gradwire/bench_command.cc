@@ -1,4 +1,4 @@
-// `gradwire bench codecs [--size 1M|25M] [--filter REGEX] [--json FILE] [--min-time S]`:
+// `gradwire bench codecs [--size 1M|25M|cnn_fc1] [--filter REGEX] [--json FILE] [--min-time S]`:
 // runs the codec benchmark binary built beside this executable
 // (bench/gradwire_bench_codecs), keeping Google Benchmark's console and JSON output.
 // `gradwire bench quality`: every codec's compression ratio and reconstruction error
@@ -72,7 +72,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
                             "Encode/decode throughput of every codec and the references (memcpy, "
                             "nth_element, torch::topk), Google Benchmark output");
   codecs->add_option("--size", args->size, "Only this input size")
-      ->check(CLI::IsMember({"1M", "25M"}));
+      ->check(CLI::IsMember({"1M", "25M", "cnn_fc1"}));
   codecs->add_option("--filter", args->filter, "Only benchmarks whose name matches (regex)");
   codecs->add_option("--json", args->json, "Also write Google Benchmark JSON to FILE");
   codecs->add_option("--min-time", args->min_time, "Seconds per benchmark (default: Google's)");
