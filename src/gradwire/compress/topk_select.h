@@ -16,7 +16,7 @@ namespace gradwire::compress {
 class TopKSelector {
  public:
   // Below this many elements select() uses nth_element; from it on, radix select (whose
-  // fixed cost is clearing 384 KiB of histogram). Measured with bench/codec_bench.cc: the
+  // fixed cost is clearing 384 KiB of histogram). Measured with bench/selection_bench.cc: the
   // crossover lies between 32K and 48K elements; at 4M radix is 10-20x faster.
   static constexpr size_t kRadixMinSize = 40000;
 
