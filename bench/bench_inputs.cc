@@ -87,4 +87,14 @@ std::span<const float> window(const BenchInput& input) {
   return it->second;
 }
 
+std::optional<std::span<const float>> window_or_skip(benchmark::State& state,
+                                                     const BenchInput& input) {
+  try {
+    return window(input);
+  } catch (const std::exception& e) {
+    state.SkipWithError(e.what());
+    return std::nullopt;
+  }
+}
+
 }  // namespace gradwire::bench

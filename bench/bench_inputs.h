@@ -12,7 +12,10 @@
 // CNN capture takes a few seconds and throws gradwire::ConfigError without the dataset.
 #pragma once
 
+#include <benchmark/benchmark.h>
+
 #include <cstddef>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -33,9 +36,10 @@ const std::vector<BenchInput>& bench_inputs();
 // The 2n floats of `input`'s window (made on first use, then cached).
 std::span<const float> window(const BenchInput& input);
 
-// The first gradient of the window: what decode and reference benchmarks use.
-inline std::span<const float> first_gradient(const BenchInput& input) {
-  return window(input).first(input.n);
-}
+// The window, or nullopt after marking the benchmark skipped with the reason (no dataset
+// for the CNN capture): benchmarks start with
+//   const auto data = window_or_skip(state, input); if (!data) return;
+std::optional<std::span<const float>> window_or_skip(benchmark::State& state,
+                                                     const BenchInput& input);
 
 }  // namespace gradwire::bench

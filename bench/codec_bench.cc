@@ -71,16 +71,11 @@ void report_payload(benchmark::State& state, const Codec& codec, size_t n, size_
 // Each iteration encodes a random n-long span of the input's 2n window (bench_inputs.h).
 void BM_Encode(benchmark::State& state, const BenchInput* input, std::string spec) {
   const size_t n = input->n;
-  std::span<const float> data;
-  try {
-    data = window(*input);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
+  const auto data = window_or_skip(state, *input);
+  if (!data) return;
   auto codec = create_codec(spec, input->tensor);
   std::mt19937_64 rng(7);
-  const auto gradient = [&] { return data.subspan(rng() % (n + 1), n); };
+  const auto gradient = [&] { return data->subspan(rng() % (n + 1), n); };
   Bytes out;
   for (int warm = 0; warm < 3; ++warm) {  // steady state: buffers grown, residual allocated
     out.clear();
@@ -97,13 +92,9 @@ void BM_Encode(benchmark::State& state, const BenchInput* input, std::string spe
 }
 
 void BM_Decode(benchmark::State& state, const BenchInput* input, std::string spec) {
-  std::span<const float> g;
-  try {
-    g = first_gradient(*input);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
+  const auto data = window_or_skip(state, *input);
+  if (!data) return;
+  const auto g = data->first(input->n);
   auto codec = create_codec(spec, input->tensor);
   Bytes payload;
   codec->encode(g, payload);
@@ -117,13 +108,9 @@ void BM_Decode(benchmark::State& state, const BenchInput* input, std::string spe
 }
 
 void BM_ToWire(benchmark::State& state, const BenchInput* input, std::string spec) {
-  std::span<const float> g;
-  try {
-    g = first_gradient(*input);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
+  const auto data = window_or_skip(state, *input);
+  if (!data) return;
+  const auto g = data->first(input->n);
   auto codec = create_codec(spec, input->tensor);
   std::vector<float> wire(input->n);  // large enough for every wire type
   for (auto _ : state) {

@@ -31,14 +31,9 @@ void set_throughput(benchmark::State& state, size_t n) {
 // Runs `body(gradient)` as the benchmark loop, or skips when the input cannot be made.
 template <typename Body>
 void with_input(benchmark::State& state, const BenchInput& input, Body body) {
-  std::span<const float> g;
-  try {
-    g = first_gradient(input);
-  } catch (const std::exception& e) {
-    state.SkipWithError(e.what());
-    return;
-  }
-  body(g);
+  const auto data = window_or_skip(state, input);
+  if (!data) return;
+  body(data->first(input.n));
   set_throughput(state, input.n);
 }
 
