@@ -399,7 +399,16 @@ TEST(Launcher, PassesBytesThroughWithoutPrefix) {
   EXPECT_EQ(outcome.out, "no newline");
 }
 
+// True when this machine can open a pseudo-terminal (not so in a chroot without /dev/pts).
+bool have_terminal() {
+  const Terminal probe = open_terminal();
+  if (probe.slave >= 0) ::close(probe.slave);
+  if (probe.master >= 0) ::close(probe.master);
+  return probe.slave >= 0;
+}
+
 TEST(Launcher, DrawsProgressLinesInPlaceOnATerminal) {
+  if (!have_terminal()) GTEST_SKIP() << "no pseudo-terminal here (is /dev/pts mounted?)";
   ChildSetup setup;
   setup.stdout_is_terminal = true;
   Outcome outcome = launch(helper_options(1, {"progress"}), setup);
