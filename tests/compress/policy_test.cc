@@ -24,13 +24,15 @@ TEST(CodecPolicyTest, OneSpecForEveryTensor) {
 }
 
 TEST(CodecPolicyTest, PerKindWithCommasInsideSpecs) {
-  const auto policy = CodecPolicy::parse("conv=topk:density=0.05,ef=0,warmup=0,fc=2bit, other=fp16");
+  const auto policy =
+      CodecPolicy::parse("conv=topk:density=0.05,ef=0,warmup=0,fc=2bit, other=fp16");
   EXPECT_EQ(policy.spec_for(kConv), "topk:density=0.05,ef=0,warmup=0");
   EXPECT_EQ(policy.spec_for(kFc), "2bit:alpha=1,ef=1,threshold=auto");
   EXPECT_EQ(policy.spec_for(kBias), "fp16:ef=0");  // not named: uses other
-  EXPECT_EQ(policy.canonical(),
-            "conv=topk:density=0.05,ef=0,warmup=0,fc=2bit:alpha=1,ef=1,threshold=auto,bias=fp16:ef=0,"
-            "norm=fp16:ef=0,other=fp16:ef=0");
+  EXPECT_EQ(
+      policy.canonical(),
+      "conv=topk:density=0.05,ef=0,warmup=0,fc=2bit:alpha=1,ef=1,threshold=auto,bias=fp16:ef=0,"
+      "norm=fp16:ef=0,other=fp16:ef=0");
   // The canonical form parses back to the same policy.
   EXPECT_EQ(CodecPolicy::parse(policy.canonical()).canonical(), policy.canonical());
   EXPECT_EQ(CodecPolicy::parse("fc=2bit").spec_for(kConv), "none:ef=0");  // other defaults to none

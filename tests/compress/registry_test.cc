@@ -88,8 +88,8 @@ TEST(CodecRegistry, CanonicalSpecsSpellOutEveryKey) {
 TEST(CodecRegistry, SpecOfEveryCodecEqualsCanonicalSpecAndIsStable) {
   for (const char* text :
        {"none", "none:ef=1", "fp16", "fp16:ef=1", "topk", "topk:density=0.07",
-        "topk:density=0.123456789012345,ef=0,warmup=0", "topk:density=1", "2bit", "2bit:threshold=0.1",
-        "2bit:threshold=0.123456789012345", "2bit:ef=0,threshold=3"}) {
+        "topk:density=0.123456789012345,ef=0,warmup=0", "topk:density=1", "2bit",
+        "2bit:threshold=0.1", "2bit:threshold=0.123456789012345", "2bit:ef=0,threshold=3"}) {
     const auto codec = create_codec(text, tensor_of(100));
     const std::string canonical = canonical_spec(text);
     EXPECT_EQ(codec->spec(), canonical) << text;

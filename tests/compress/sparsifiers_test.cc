@@ -216,9 +216,9 @@ TEST(Sparsifiers, NonFiniteInputFallsBackToExactTopK) {
 TEST(Sparsifiers, ConstantTensorIsStillSent) {
   // Centred fits see no spread; they must not keep a constant tensor in the residual forever.
   const std::vector<float> input(1000, 0.25f);
-  for (const char* spec :
-       {"laplace-topk:center=median,density=0.01,ef=0,warmup=0", "gaussiank:density=0.01,ef=0,warmup=0",
-        "dgc:density=0.01,ef=0,warmup=0", "laplace-topk:density=0.01,ef=0,warmup=0"}) {
+  for (const char* spec : {"laplace-topk:center=median,density=0.01,ef=0,warmup=0",
+                           "gaussiank:density=0.01,ef=0,warmup=0", "dgc:density=0.01,ef=0,warmup=0",
+                           "laplace-topk:density=0.01,ef=0,warmup=0"}) {
     auto codec = create_codec(spec, tensor_of(input.size()));
     const auto out = decode(*codec, encode(*codec, input), input.size());
     const size_t sent = nonzero_positions(out).size();
@@ -246,9 +246,9 @@ class SelectionCounts : public ::testing::TestWithParam<CountCase> {};
 TEST_P(SelectionCounts, LaplaceTopKStaysInTheBracket) {
   const CountCase& c = GetParam();
   for (const char* center : {"zero", "median"}) {
-    auto codec = create_codec(
-        "laplace-topk:ef=0,warmup=0,center=" + std::string(center) + ",density=" + format_number(c.density),
-        tensor_of(c.n));
+    auto codec = create_codec("laplace-topk:ef=0,warmup=0,center=" + std::string(center) +
+                                  ",density=" + format_number(c.density),
+                              tensor_of(c.n));
     for (uint32_t seed = 1; seed <= 3; ++seed) {
       const auto input = input_of(c.input, c.n, seed);
       const Bytes payload = encode(*codec, input);
@@ -341,7 +341,8 @@ TEST(SelectionCounts, TightBracketAndFewRounds) {
 TEST(SelectionCounts, MedianCenterFollowsAShiftedDistribution) {
   const size_t n = 1 << 18;
   const auto input = laplace_vector(n, 9, 1e-3, 5e-3);  // mu = 5b
-  auto median = create_codec("laplace-topk:center=median,density=0.001,ef=0,warmup=0", tensor_of(n));
+  auto median =
+      create_codec("laplace-topk:center=median,density=0.001,ef=0,warmup=0", tensor_of(n));
   const auto out = decode(*median, encode(*median, input), n);
   const SelectionStats& s = stats_of(*median);
   EXPECT_GE(s.selected, 210u);
@@ -537,8 +538,9 @@ TEST(Dgc, MomentumCorrectionMatchesTheReference) {
 TEST(SparsifierSpecs, CanonicalSpecsSpellOutTheDefaults) {
   EXPECT_EQ(canonical_spec("laplace-topk"),
             "laplace-topk:center=zero,density=0.001,ef=1,eps=0.2,max_rounds=8,warmup=0");
-  EXPECT_EQ(canonical_spec("laplace-topk:density=1e-2,center=median,eps=0.1,max_rounds=3,ef=0,warmup=0"),
-            "laplace-topk:center=median,density=0.01,ef=0,eps=0.1,max_rounds=3,warmup=0");
+  EXPECT_EQ(
+      canonical_spec("laplace-topk:density=1e-2,center=median,eps=0.1,max_rounds=3,ef=0,warmup=0"),
+      "laplace-topk:center=median,density=0.01,ef=0,eps=0.1,max_rounds=3,warmup=0");
   EXPECT_EQ(canonical_spec("gaussiank"), "gaussiank:density=0.001,ef=1,warmup=0");
   EXPECT_EQ(canonical_spec("randomk"), "randomk:density=0.001,ef=1,seed=0,warmup=0");
   EXPECT_EQ(canonical_spec("randomk:seed=12345678901"),
@@ -546,9 +548,9 @@ TEST(SparsifierSpecs, CanonicalSpecsSpellOutTheDefaults) {
   EXPECT_EQ(canonical_spec("dgc"), "dgc:density=0.001,ef=1,sample=0.01,warmup=0");
   EXPECT_EQ(canonical_spec("dgc:density=0.001,momentum=0.9"),
             "dgc:density=0.001,ef=1,momentum=0.9,sample=0.01,warmup=0");
-  for (const char* text :
-       {"laplace-topk", "laplace-topk:density=0.123456789,eps=0,max_rounds=64", "gaussiank:ef=0,warmup=0",
-        "randomk:density=1,seed=9", "dgc:sample=1", "dgc:density=0.01,momentum=0.5"}) {
+  for (const char* text : {"laplace-topk", "laplace-topk:density=0.123456789,eps=0,max_rounds=64",
+                           "gaussiank:ef=0,warmup=0", "randomk:density=1,seed=9", "dgc:sample=1",
+                           "dgc:density=0.01,momentum=0.5"}) {
     const std::string canonical = canonical_spec(text);
     EXPECT_EQ(canonical_spec(canonical), canonical) << text;
     EXPECT_EQ(create_codec(canonical, tensor_of(100))->spec(), canonical) << text;

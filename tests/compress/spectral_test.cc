@@ -646,8 +646,8 @@ TEST(SpectralSpec, DefaultsAndCanonicalRoundTrip) {
 // chunk follows start + (end - start) step / steps, then stays at the end value.
 TEST(SpectralSpec, ThetaScheduleSetsTheKeptCount) {
   const size_t n = 1024;  // one chunk of 1024: m = 513 coefficients
-  auto codec = create_codec("spectral:chunk=1024,theta=0.9,theta_end=0.5,theta_steps=4,ef=0",
-                            tensor_of(n));
+  auto codec =
+      create_codec("spectral:chunk=1024,theta=0.9,theta_end=0.5,theta_steps=4,ef=0", tensor_of(n));
   const auto input = random_vector(n, 3);
   // Body: header 8 | log2 chunk | B | e_max | E | u32 count.
   for (const double theta : {0.9, 0.8, 0.7, 0.6, 0.5, 0.5}) {
