@@ -1,6 +1,8 @@
 // Helpers shared by the codec tests.
 #pragma once
 
+#include <gtest/gtest.h>
+
 #include <cstdint>
 #include <cstring>
 #include <random>
@@ -8,6 +10,7 @@
 #include <vector>
 
 #include "gradwire/compress/codec.h"
+#include "gradwire/core/error.h"
 
 namespace gradwire::compress::testing {
 
@@ -40,6 +43,36 @@ inline Bytes encode(Codec& codec, std::span<const float> input) {
 inline bool same_bits(std::span<const float> a, std::span<const float> b) {
   return a.size() == b.size() &&
          (a.empty() || std::memcmp(a.data(), b.data(), a.size_bytes()) == 0);
+}
+
+// Decodes `iterations` mutations of `payload` (1-3 bytes flipped, one in eight also
+// truncated or extended): each must decode or throw gradwire::Error with the accumulator
+// bit-for-bit unchanged (any other exception escapes). Returns how many were rejected.
+inline size_t decode_mutations(const Codec& codec, const Bytes& payload, size_t n, uint32_t seed,
+                               int iterations) {
+  std::mt19937 rng(seed);
+  size_t rejected = 0;
+  for (int iteration = 0; iteration < iterations; ++iteration) {
+    Bytes bad = payload;
+    const int flips = 1 + static_cast<int>(rng() % 3);
+    for (int f = 0; f < flips; ++f) {
+      bad[rng() % bad.size()] ^= static_cast<uint8_t>(1 + rng() % 255);
+    }
+    if (rng() % 8 == 0) bad.resize(rng() % (bad.size() + 8));
+    std::vector<float> accum = random_vector(n, 78);
+    const auto before = accum;
+    try {
+      codec.decode_add(bad, accum);
+    } catch (const Error&) {
+      ++rejected;
+      if (!same_bits(accum, before)) {
+        ADD_FAILURE() << "iteration " << iteration
+                      << ": a rejected payload modified the accumulator";
+        return rejected;
+      }
+    }
+  }
+  return rejected;
 }
 
 }  // namespace gradwire::compress::testing
