@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -27,6 +28,26 @@ struct TrafficStats {
   uint64_t steps = 0;
   uint64_t bytes_sent = 0;   // handed to collectives/transport for exchange
   uint64_t bytes_dense = 0;  // what fp32 dense exchange would have handed for the same steps
+};
+
+// Job-wide counters as a parameter server keeps them (other strategies have none).
+struct JobProgress {
+  uint64_t samples = 0;  // samples trained by all workers (a resumed job's included)
+  double loss_sum = 0;   // their summed training loss
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_dense = 0;
+  int live_workers = 0;
+  bool done = false;  // the job's sample budget is spent
+};
+
+struct JobSummary {
+  JobProgress progress;
+  uint64_t version = 0;  // updates the servers applied (server 0's count)
+  // Staleness of every push over all servers: count, mean, p50, p99, max.
+  uint64_t staleness_count = 0;
+  double staleness_mean = 0;
+  uint64_t staleness_p50 = 0, staleness_p99 = 0, staleness_max = 0;
+  std::vector<std::string> checksums;  // per worker; empty for a lost worker
 };
 
 class Strategy {
@@ -56,6 +77,15 @@ class Strategy {
   virtual void after_update(const FloatSpans& params) {}
 
   virtual TrafficStats traffic() const = 0;
+
+  // Parameter-server jobs only (the defaults do nothing): samples and their summed loss
+  // of the step about to be synchronized, counted job-wide by the servers;
+  virtual void count_samples(size_t samples, double loss_sum) {}
+  // the job-wide counters as of the last synchronize();
+  virtual std::optional<JobProgress> job_progress() const { return std::nullopt; }
+  // tells the servers this worker is done. Worker 0 waits until every worker is, then
+  // receives the servers' final model into its parameters and the job's summary.
+  virtual std::optional<JobSummary> finish() { return std::nullopt; }
 };
 
 }  // namespace gradwire::strategy
