@@ -6,10 +6,19 @@
 //   GRADWIRE_JOIN_TIMEOUT   seconds to wait for every rank to join (default 60)
 //   GRADWIRE_TIMEOUT        seconds any collective may take before failing (default 300)
 //   GLOO_SOCKET_IFNAME      network interface for Gloo (default: loopback for a local job)
+//
+// Parameter-server jobs (GRADWIRE_NUM_SERVERS = S > 0, set by `gradwire train --strategy
+// ps --servers S`; roles as comm/rendezvous.h says): a server process never returns from
+// init(): it serves until every worker is done and then exits the process (status 0, or 1
+// with the reason on stderr). Workers get a Context over the workers only (rank = worker
+// index), whose parameter_servers() tells DistributedOptimizer where the servers are.
+//   GRADWIRE_PS_BIND        address servers listen on (default 127.0.0.1)
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -25,6 +34,12 @@ struct InitOptions {
   std::string socket_ifname;
 
   static InitOptions from_environment();
+};
+
+// Where a parameter-server job's servers listen, and the job's token.
+struct ParameterServers {
+  std::vector<std::string> endpoints;  // server i's ZeroMQ endpoint
+  uint64_t token = 0;
 };
 
 class Context {
@@ -45,11 +60,16 @@ class Context {
 
   comm::Collectives& collectives() { return *collectives_; }
 
+  // Set in parameter-server jobs; null otherwise.
+  const ParameterServers* parameter_servers() const { return ps_ ? &*ps_ : nullptr; }
+  void set_parameter_servers(ParameterServers servers) { ps_ = std::move(servers); }
+
  private:
   int rank_;
   int world_size_;
   int local_rank_;
   std::unique_ptr<comm::Collectives> collectives_;
+  std::optional<ParameterServers> ps_;
 };
 
 // Joins the job (blocks until every rank joined, or throws TimeoutError naming the ranks

@@ -22,8 +22,10 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <string>
 #include <type_traits>
+#include <vector>
 
 #include <torch/nn/module.h>
 #include <torch/optim/optimizer.h>
@@ -32,17 +34,51 @@
 
 namespace gradwire {
 
+// Strategy "ps" (a job started with parameter servers, see context.h): the servers apply
+// the updates with the wrapped optimizer's hyperparameters, which must be torch::optim::SGD
+// (lr, momentum, weight_decay of its first group); the optimizer itself never steps.
+struct ParameterServerOptions {
+  std::string consistency = "bsp";  // bsp | ssp:S | asp
+  std::string updater = "sgd";      // sgd | asgd-staleness | dc-asgd | dc-asgd-a | ddc-asgd[:keys]
+  std::string pull = "none";        // none | fp16 | bf16 | delta:SPEC
+  bool continue_on_worker_loss = false;  // BSP; SSP and ASP always go on without a lost worker
+  double worker_timeout_s = 60;          // silence after which a worker is presumed lost
+  std::string checkpoint_dir;            // servers' checkpoints; a job on it resumes
+  uint64_t checkpoint_every = 0;         // updates between checkpoints (0: none)
+  uint64_t sample_budget = 0;            // > 0: job_progress().done once this many samples
+};
+
 struct DistributedOptions {
-  std::string strategy = "allreduce";  // later: "ps", "gossip"
+  std::string strategy = "allreduce";  // "allreduce" or "ps"
   std::string compressor = "none";     // codec spec, e.g. "topk:density=0.01"
   size_t bucket_bytes = 25u << 20;
   bool momentum_correction = true;  // see above
+  ParameterServerOptions ps;
 };
 
 struct TrafficCounters {
   uint64_t steps = 0;
   uint64_t bytes_sent = 0;   // this rank's bytes handed to the network for exchange
   uint64_t bytes_dense = 0;  // what dense fp32 exchange would have handed
+};
+
+// Parameter-server jobs: what the servers counted over all workers.
+struct JobProgress {
+  uint64_t samples = 0;  // a resumed job's included
+  double loss_sum = 0;
+  uint64_t bytes_sent = 0;
+  uint64_t bytes_dense = 0;
+  int live_workers = 0;
+  bool done = false;  // ParameterServerOptions::sample_budget is spent
+};
+
+struct JobSummary {
+  JobProgress progress;
+  uint64_t version = 0;  // updates server 0 applied
+  uint64_t staleness_count = 0;
+  double staleness_mean = 0;
+  uint64_t staleness_p50 = 0, staleness_p99 = 0, staleness_max = 0;
+  std::vector<std::string> checksums;  // per worker (its last model); empty: lost
 };
 
 class DistributedOptimizer {
@@ -74,6 +110,14 @@ class DistributedOptimizer {
   const std::string& codec_spec() const;
   TrafficCounters traffic() const;
   const Context& context() const;
+
+  // Parameter-server jobs only (nullopt otherwise). Count the samples of the coming step
+  // and their summed loss before step(); job_progress() is the servers' count after it.
+  void count_samples(size_t samples, double loss_sum);
+  std::optional<JobProgress> job_progress() const;
+  // Tells the servers this worker is done. Worker 0 waits for every worker, then holds the
+  // servers' final model and gets the job's summary; other workers return at once.
+  std::optional<JobSummary> finish();
 
  private:
   struct Impl;

@@ -20,6 +20,9 @@ namespace {
 struct TrainArgs {
   train::TrainOptions options;
   int workers = 4;
+  int servers = 1;  // --strategy ps
+  std::string bind = "127.0.0.1";
+  std::string on_worker_loss = "fail";
   int threads = 0;
   int master_port = 0;
   bool worker = false;
@@ -54,6 +57,20 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
                                std::to_string(o.lr),
                                "--momentum",
                                std::to_string(o.momentum),
+                               "--weight-decay",
+                               std::to_string(o.weight_decay),
+                               "--consistency",
+                               o.ps.consistency,
+                               "--updater",
+                               o.ps.updater,
+                               "--pull",
+                               o.ps.pull,
+                               "--on-worker-loss",
+                               a.on_worker_loss,
+                               "--worker-timeout",
+                               std::to_string(o.ps.worker_timeout_s),
+                               "--checkpoint-every",
+                               std::to_string(o.ps.checkpoint_every),
                                "--seed",
                                std::to_string(o.seed),
                                "--train-limit",
@@ -66,11 +83,16 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
                                a.progress};
   if (!o.data_dir.empty()) cmd.insert(cmd.end(), {"--data-dir", o.data_dir});
   if (!o.metrics_path.empty()) cmd.insert(cmd.end(), {"--metrics", o.metrics_path});
+  if (!o.worker_speed.empty()) cmd.insert(cmd.end(), {"--worker-speed", o.worker_speed});
+  if (!o.ps.checkpoint_dir.empty()) {
+    cmd.insert(cmd.end(), {"--checkpoint-dir", o.ps.checkpoint_dir});
+  }
   return cmd;
 }
 
 int run_worker(TrainArgs& a) {
   if (a.threads > 0) train::set_compute_threads(a.threads);
+  a.options.ps.continue_on_worker_loss = a.on_worker_loss == "continue";
   auto context = gradwire::init();
   if (a.progress == "tty") {
     a.options.progress = train::ProgressStyle::kTerminal;
@@ -90,6 +112,21 @@ int launch_workers(TrainArgs& a) {
   if (a.progress == "auto") a.progress = isatty(STDOUT_FILENO) ? "tty" : "lines";
   launch::LaunchOptions launch;
   launch.num_processes = a.workers;
+  if (a.options.strategy == "ps") {
+    if (a.servers < 1) throw ConfigError("--servers must be at least 1");
+    // Servers are ranks [workers, workers + servers): mostly waiting on the network, so
+    // they do not count against the cores the workers' threads are sized by.
+    launch.num_processes = a.workers + a.servers;
+    launch.extra_env["GRADWIRE_NUM_SERVERS"] = std::to_string(a.servers);
+    launch.extra_env["GRADWIRE_PS_BIND"] = a.bind;
+    // Worker 0 serves the rendezvous store and evaluates; any other worker may be lost
+    // when the job is meant to go on without it.
+    if (a.on_worker_loss == "continue" || a.options.ps.consistency != "bsp") {
+      for (int r = 1; r < a.workers; ++r) launch.may_fail.insert(r);
+    }
+  } else if (!a.options.worker_speed.empty()) {
+    throw ConfigError("--worker-speed applies to --strategy ps");
+  }
   launch.master_port = a.master_port;
   launch.command = worker_command(a);
   launch.threads_per_process = a.threads;
@@ -110,7 +147,33 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--workers,-n", args->workers, "Number of worker processes")
       ->capture_default_str();
   cmd->add_option("--model", o.model, "cnn or mlp")->capture_default_str();
-  cmd->add_option("--strategy", o.strategy, "Exchange strategy")->capture_default_str();
+  cmd->add_option("--strategy", o.strategy, "Exchange strategy: allreduce or ps")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"allreduce", "ps"}));
+  cmd->add_option("--servers", args->servers, "Parameter servers (--strategy ps)")
+      ->capture_default_str();
+  cmd->add_option("--consistency", o.ps.consistency, "bsp, ssp:S or asp (--strategy ps)")
+      ->capture_default_str();
+  cmd->add_option("--updater", o.ps.updater,
+                  "Server update rule: sgd, asgd-staleness, dc-asgd, dc-asgd-a, ddc-asgd")
+      ->capture_default_str();
+  cmd->add_option("--pull", o.ps.pull, "How weights come back: none, fp16, bf16, delta:SPEC")
+      ->capture_default_str();
+  cmd->add_option("--worker-speed", o.worker_speed,
+                  "Worker speeds to make staleness real: 1,1,1,0.25 or random:SEED");
+  cmd->add_option("--on-worker-loss", args->on_worker_loss,
+                  "BSP: fail, or continue without a lost worker (SSP/ASP always continue)")
+      ->capture_default_str()
+      ->check(CLI::IsMember({"fail", "continue"}));
+  cmd->add_option("--worker-timeout", o.ps.worker_timeout_s,
+                  "Seconds of silence after which a worker is presumed lost")
+      ->capture_default_str();
+  cmd->add_option("--checkpoint-dir", o.ps.checkpoint_dir,
+                  "Servers checkpoint here; a job started on it resumes");
+  cmd->add_option("--checkpoint-every", o.ps.checkpoint_every, "Updates between checkpoints")
+      ->capture_default_str();
+  cmd->add_option("--bind", args->bind, "Address the servers listen on")->capture_default_str();
+  cmd->add_option("--weight-decay", o.weight_decay, "SGD weight decay")->capture_default_str();
   cmd->add_option("--compressor", o.compressor,
                   "Codec spec: none, fp16, topk:density=0.01, 2bit:threshold=0.5 (ef=0|1)")
       ->capture_default_str();

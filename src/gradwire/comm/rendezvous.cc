@@ -5,6 +5,8 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <cstring>
+#include <random>
 #include <thread>
 
 #include "gradwire/comm/gloo_collectives.h"
@@ -81,11 +83,10 @@ WorldInfo WorldInfo::from_environment() {
   return world;
 }
 
-std::unique_ptr<Collectives> connect(const WorldInfo& world, const ConnectOptions& options) {
-  if (world.world_size == 1) {
-    return std::make_unique<LocalCollectives>(
-        std::make_shared<LocalGroup>(1, options.collective_timeout), 0);
-  }
+// Connects to (rank 0: serves) the TCPStore and waits until every rank joined.
+namespace {
+
+c10::intrusive_ptr<c10d::Store> join_store(const WorldInfo& world, const ConnectOptions& options) {
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(world.master_port);
   store_options.isServer = world.rank == 0;
@@ -110,7 +111,11 @@ std::unique_ptr<Collectives> connect(const WorldInfo& world, const ConnectOption
   auto store = c10::make_intrusive<c10d::PrefixStore>("gradwire", tcp_store);
   wait_for_all_ranks(*store, world, options.join_timeout);
   tcp_store->setTimeout(options.collective_timeout);
+  return store;
+}
 
+std::unique_ptr<Collectives> gloo_over(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                                       const WorldInfo& world, const ConnectOptions& options) {
   GlooOptions gloo;
   gloo.timeout = options.collective_timeout;
   gloo.bind_interface = options.socket_ifname;
@@ -120,7 +125,95 @@ std::unique_ptr<Collectives> connect(const WorldInfo& world, const ConnectOption
     gethostname(host, sizeof(host) - 1);
     gloo.bind_hostname = host;
   }
-  return make_gloo_collectives(store, world.rank, world.world_size, gloo);
+  return make_gloo_collectives(store, rank, size, gloo);
+}
+
+}  // namespace
+
+std::unique_ptr<Collectives> connect(const WorldInfo& world, const ConnectOptions& options) {
+  if (world.world_size == 1) {
+    return std::make_unique<LocalCollectives>(
+        std::make_shared<LocalGroup>(1, options.collective_timeout), 0);
+  }
+  return gloo_over(join_store(world, options), world.rank, world.world_size, world, options);
+}
+
+RoleInfo RoleInfo::from_environment(const WorldInfo& world) {
+  RoleInfo role;
+  role.num_servers = static_cast<int>(env_int("GRADWIRE_NUM_SERVERS", 0, 0, world.world_size - 1));
+  role.num_workers = world.world_size - role.num_servers;
+  role.index = world.rank;
+  if (role.num_servers == 0) return role;
+  const char* given = std::getenv("GRADWIRE_ROLE");
+  if (given && *given) {
+    const std::string name = given;
+    if (name != "worker" && name != "server") {
+      throw ConfigError("GRADWIRE_ROLE=" + name + " is neither worker nor server");
+    }
+    role.server = name == "server";
+    const int count = role.server ? role.num_servers : role.num_workers;
+    if (!std::getenv("GRADWIRE_ROLE_RANK")) {
+      throw ConfigError("GRADWIRE_ROLE is set, so GRADWIRE_ROLE_RANK must say which " + name +
+                        " this process is");
+    }
+    role.index = static_cast<int>(env_int("GRADWIRE_ROLE_RANK", 0, 0, count - 1));
+  } else {
+    role.server = world.rank >= role.num_workers;
+    role.index = role.server ? world.rank - role.num_workers : world.rank;
+  }
+  if (world.rank == 0 && (role.server || role.index != 0)) {
+    throw ConfigError("rank 0 serves the rendezvous store and must be worker 0");
+  }
+  return role;
+}
+
+WorkerJoin join_as_worker(const WorldInfo& world, const RoleInfo& role,
+                          const ConnectOptions& options) {
+  auto store = join_store(world, options);
+  if (world.rank == 0) {
+    std::random_device device;
+    const uint64_t token = (static_cast<uint64_t>(device()) << 32) ^ device();
+    std::vector<uint8_t> bytes(sizeof(token));
+    std::memcpy(bytes.data(), &token, sizeof(token));
+    store->set("ps/token", bytes);
+  }
+  WorkerJoin join;
+  store->setTimeout(options.join_timeout);
+  try {
+    const auto bytes = store->get("ps/token");
+    if (bytes.size() != sizeof(join.token)) throw ConfigError("malformed job token in the store");
+    std::memcpy(&join.token, bytes.data(), sizeof(join.token));
+    for (int s = 0; s < role.num_servers; ++s) {
+      const auto endpoint = store->get("ps/server/" + std::to_string(s));
+      join.server_endpoints.emplace_back(endpoint.begin(), endpoint.end());
+    }
+  } catch (const c10::Error& e) {
+    throw TimeoutError("worker " + std::to_string(role.index) + ": server " +
+                       std::to_string(join.server_endpoints.size()) + " did not publish its " +
+                       "address within " + seconds(options.join_timeout) + " s (" +
+                       e.what_without_backtrace() + ")");
+  }
+  store->setTimeout(options.collective_timeout);
+  auto workers = c10::make_intrusive<c10d::PrefixStore>("workers", store);
+  if (role.num_workers == 1) {
+    join.collectives = std::make_unique<LocalCollectives>(
+        std::make_shared<LocalGroup>(1, options.collective_timeout), 0);
+  } else {
+    join.collectives = gloo_over(workers, role.index, role.num_workers, world, options);
+  }
+  return join;
+}
+
+uint64_t join_as_server(const WorldInfo& world, const RoleInfo& role, const ConnectOptions& options,
+                        const std::string& endpoint) {
+  auto store = join_store(world, options);
+  store->set("ps/server/" + std::to_string(role.index), as_bytes(endpoint));
+  store->setTimeout(options.join_timeout);
+  const auto bytes = store->get("ps/token");
+  uint64_t token = 0;
+  if (bytes.size() != sizeof(token)) throw ConfigError("malformed job token in the store");
+  std::memcpy(&token, bytes.data(), sizeof(token));
+  return token;
 }
 
 }  // namespace gradwire::comm

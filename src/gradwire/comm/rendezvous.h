@@ -7,8 +7,10 @@
 #pragma once
 
 #include <chrono>
+#include <cstdint>
 #include <memory>
 #include <string>
+#include <vector>
 
 #include "gradwire/comm/collectives.h"
 
@@ -37,5 +39,34 @@ struct ConnectOptions {
 
 // Joins the world and returns its collectives (LocalCollectives for a world of one).
 std::unique_ptr<Collectives> connect(const WorldInfo& world, const ConnectOptions& options);
+
+// A parameter-server job (GRADWIRE_NUM_SERVERS = S > 0) splits the world into W =
+// WORLD_SIZE - S workers and S servers. By default ranks [0, W) are workers 0..W-1 and
+// ranks [W, W+S) servers 0..S-1; a cluster launch that places servers on their own hosts
+// sets GRADWIRE_ROLE=worker|server and GRADWIRE_ROLE_RANK=i on each process instead.
+// Rank 0 must be worker 0: it serves the rendezvous store.
+struct RoleInfo {
+  bool server = false;
+  int index = 0;  // among the workers, or among the servers
+  int num_workers = 1;
+  int num_servers = 0;  // 0: not a parameter-server job
+
+  static RoleInfo from_environment(const WorldInfo& world);  // ConfigError when inconsistent
+};
+
+struct WorkerJoin {
+  std::unique_ptr<Collectives> collectives;   // among the workers only
+  uint64_t token = 0;                         // the job's token, drawn by rank 0
+  std::vector<std::string> server_endpoints;  // where server i listens
+};
+
+// Every rank (workers and servers) joins the store and waits for all; then a worker reads
+// the token and every server's endpoint, and connects collectives among the workers.
+WorkerJoin join_as_worker(const WorldInfo& world, const RoleInfo& role,
+                          const ConnectOptions& options);
+
+// A server publishes where it listens and returns the job's token.
+uint64_t join_as_server(const WorldInfo& world, const RoleInfo& role, const ConnectOptions& options,
+                        const std::string& endpoint);
 
 }  // namespace gradwire::comm

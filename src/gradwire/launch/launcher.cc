@@ -585,7 +585,14 @@ class Supervisor {
                                "rank " + std::to_string(exit.process->rank) +
                                    " was reaped by another part of the program");
       } else if (!(WIFEXITED(exit.status) && WEXITSTATUS(exit.status) == 0)) {
-        record_failure(*exit.process, exit.status, "");
+        if (options_.may_fail.count(exit.process->rank)) {
+          tolerated_.push_back(describe_exit(*exit.process, exit.status));
+          std::fprintf(stderr, "gradwire run: %s; the job goes on without it\n",
+                       tolerated_.back().c_str());
+          std::fflush(stderr);
+        } else {
+          record_failure(*exit.process, exit.status, "");
+        }
       }
     }
     for (const Exit& exit : exits) {
@@ -615,18 +622,19 @@ class Supervisor {
 
   static bool group_exists(pid_t group) { return ::killpg(group, 0) == 0 || errno == EPERM; }
 
-  void record_failure(const RankProcess& process, int status, const std::string& detail) {
+  static std::string describe_exit(const RankProcess& process, int status) {
     std::string message = "rank " + std::to_string(process.rank);
-    int exit_code;
     if (WIFEXITED(status)) {
-      exit_code = WEXITSTATUS(status);
-      message += " exited with status " + std::to_string(exit_code);
-    } else {
-      int signal_number = WTERMSIG(status);
-      exit_code = 128 + signal_number;
-      message += " was killed by signal " + std::to_string(signal_number) + " (" +
-                 signal_name(signal_number) + (WCOREDUMP(status) ? "; core dumped" : "") + ")";
+      return message + " exited with status " + std::to_string(WEXITSTATUS(status));
     }
+    const int signal_number = WTERMSIG(status);
+    return message + " was killed by signal " + std::to_string(signal_number) + " (" +
+           signal_name(signal_number) + (WCOREDUMP(status) ? "; core dumped" : "") + ")";
+  }
+
+  void record_failure(const RankProcess& process, int status, const std::string& detail) {
+    std::string message = describe_exit(process, status);
+    const int exit_code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     if (!detail.empty()) message += " (" + detail + ")";
     record_failure_message(process, exit_code, message);
   }
@@ -721,6 +729,7 @@ class Supervisor {
 
   LaunchResult result() const {
     LaunchResult result;
+    result.tolerated = tolerated_;
     if (first_failure_) {
       result.exit_code = first_failure_->exit_code != 0 ? first_failure_->exit_code : 1;
       result.failed_rank = first_failure_->rank;
@@ -752,6 +761,7 @@ class Supervisor {
   bool killed_ = false;
   Clock::time_point kill_at_;
   std::optional<Failure> first_failure_;
+  std::vector<std::string> tolerated_;
   std::vector<std::string> also_failed_;  // failed in the same reap pass as the first
   std::optional<int> interrupt_signal_;
 };

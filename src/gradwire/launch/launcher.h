@@ -14,6 +14,7 @@
 #include <chrono>
 #include <map>
 #include <optional>
+#include <set>
 #include <string>
 #include <vector>
 
@@ -31,6 +32,9 @@ struct LaunchOptions {
   // When set, OMP_NUM_THREADS is set to this value for every rank unless already set in
   // the launcher's environment (torchrun's behaviour).
   std::optional<int> threads_per_process;
+  // Ranks whose failure is reported (LaunchResult::tolerated) but does not stop the others:
+  // parameter-server workers when the job goes on without a lost worker.
+  std::set<int> may_fail;
 };
 
 struct LaunchResult {
@@ -38,6 +42,7 @@ struct LaunchResult {
   std::optional<int> failed_rank;  // the first rank that failed, if any
   std::string message;             // e.g. "rank 2 exited with status 3", plus any rank found failed
                                    // in the same instant ("; rank 0 exited with status 2")
+  std::vector<std::string> tolerated;  // failures of may_fail ranks, e.g. "rank 3 was killed..."
 };
 
 // Runs the ranks to completion. Throws ConfigError for invalid options and SystemError when a

@@ -6,7 +6,7 @@
 
 namespace gradwire::strategy {
 
-std::vector<std::string> strategy_names() { return {"allreduce"}; }
+std::vector<std::string> strategy_names() { return {"allreduce", "ps"}; }
 
 std::unique_ptr<Strategy> create_strategy(comm::Collectives& collectives,
                                           const StrategyOptions& options) {
@@ -14,6 +14,11 @@ std::unique_ptr<Strategy> create_strategy(comm::Collectives& collectives,
     return std::make_unique<AllreduceStrategy>(
         collectives,
         AllreduceOptions{.codec = options.codec, .bucket_bytes = options.bucket_bytes});
+  }
+  if (options.name == "ps") {
+    throw ConfigError(
+        "strategy 'ps' talks to parameter servers, not collectives: DistributedOptimizer "
+        "creates it from the job's servers (gradwire::init() in a job with servers)");
   }
   throw ConfigError("unknown strategy '" + options.name +
                     "'; available: " + join(strategy_names()));

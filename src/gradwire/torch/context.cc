@@ -4,9 +4,15 @@
 #include <cstdlib>
 #include <cstring>
 
+#include <unistd.h>
+
+#include <cstdio>
+
 #include "gradwire/comm/collectives.h"
 #include "gradwire/comm/rendezvous.h"
+#include "gradwire/comm/zmq_transport.h"
 #include "gradwire/core/error.h"
+#include "gradwire/strategy/ps/server.h"
 
 namespace gradwire {
 namespace {
@@ -56,14 +62,55 @@ std::vector<double> Context::allgather(double value) {
   return out;
 }
 
+namespace {
+
+// A server's whole life: listen, publish the address, serve, exit.
+[[noreturn]] void serve(const comm::WorldInfo& world, const comm::RoleInfo& role,
+                        const comm::ConnectOptions& options) {
+  const std::string name = "server" + std::to_string(role.index);
+  try {
+    const char* bind = std::getenv("GRADWIRE_PS_BIND");
+    comm::ZmqServerTransport transport(name, bind && *bind ? bind : "127.0.0.1");
+    std::string endpoint = transport.endpoint();
+    if (const auto any = endpoint.find("0.0.0.0"); any != std::string::npos) {
+      // Listening on every interface: tell workers a name they can reach.
+      char host[256] = {0};
+      gethostname(host, sizeof(host) - 1);
+      endpoint.replace(any, 7, host);
+    }
+    strategy::ps::ServerOptions server_options;
+    server_options.index = role.index;
+    server_options.token = comm::join_as_server(world, role, options, endpoint);
+    strategy::ps::ParameterServer server(transport, server_options);
+    server.run();
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "gradwire %s: %s\n", name.c_str(), e.what());
+    std::fflush(stderr);
+    std::exit(1);
+  }
+  std::fflush(stdout);
+  std::exit(0);
+}
+
+}  // namespace
+
 std::shared_ptr<Context> init(const InitOptions& options) {
   const auto world = comm::WorldInfo::from_environment();
   comm::ConnectOptions connect_options;
   connect_options.join_timeout = options.join_timeout;
   connect_options.collective_timeout = options.collective_timeout;
   connect_options.socket_ifname = options.socket_ifname;
-  return std::make_shared<Context>(world.rank, world.world_size, world.local_rank,
-                                   comm::connect(world, connect_options));
+  const auto role = comm::RoleInfo::from_environment(world);
+  if (role.num_servers == 0) {
+    return std::make_shared<Context>(world.rank, world.world_size, world.local_rank,
+                                     comm::connect(world, connect_options));
+  }
+  if (role.server) serve(world, role, connect_options);
+  auto join = comm::join_as_worker(world, role, connect_options);
+  auto context = std::make_shared<Context>(role.index, role.num_workers, world.local_rank,
+                                           std::move(join.collectives));
+  context->set_parameter_servers({std::move(join.server_endpoints), join.token});
+  return context;
 }
 
 }  // namespace gradwire

@@ -3,11 +3,14 @@
 #include <torch/torch.h>
 
 #include "gradwire/comm/collectives.h"
+#include "gradwire/comm/zmq_transport.h"
 #include "gradwire/compress/layer_classification.h"
 #include "gradwire/compress/policy.h"
 #include "gradwire/compress/registry.h"
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
+#include "gradwire/strategy/ps/ps_strategy.h"
+#include "gradwire/strategy/ps/updater.h"
 #include "gradwire/strategy/registry.h"
 
 namespace gradwire {
@@ -67,6 +70,55 @@ std::string apply_momentum_correction(torch::optim::Optimizer& optimizer, const 
   return policy.with_momentum(momentum).canonical();
 }
 
+std::unique_ptr<strategy::Strategy> make_ps_strategy(const Context& context,
+                                                     torch::optim::Optimizer& optimizer,
+                                                     const std::string& codec,
+                                                     const ParameterServerOptions& ps) {
+  const ParameterServers* servers = context.parameter_servers();
+  if (!servers) {
+    throw ConfigError(
+        "strategy 'ps' needs parameter servers: start the job with `gradwire train --strategy ps "
+        "--servers S` (or set GRADWIRE_NUM_SERVERS for the launcher)");
+  }
+  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
+  if (!sgd || sgd->param_groups().empty()) {
+    throw ConfigError(
+        "strategy 'ps': the servers apply SGD-family updates; wrap a torch::optim::SGD, whose "
+        "lr, momentum and weight_decay they use");
+  }
+  const auto& group =
+      static_cast<const torch::optim::SGDOptions&>(sgd->param_groups()[0].options());
+  if (group.nesterov() || group.dampening() != 0) {
+    throw ConfigError("strategy 'ps': the servers' SGD has no Nesterov momentum or dampening");
+  }
+  strategy::ps::WorkerOptions o;
+  o.config.num_workers = context.world_size();
+  o.config.num_servers = static_cast<int>(servers->endpoints.size());
+  o.config.consistency = strategy::ps::Consistency::parse(ps.consistency);
+  o.config.updater = strategy::ps::UpdaterOptions::parse(ps.updater).spec();
+  o.config.lr = group.lr();
+  o.config.momentum = group.momentum();  // 0 after momentum correction moved it into codecs
+  o.config.weight_decay = group.weight_decay();
+  o.config.pull = strategy::ps::PullCodec::parse(ps.pull);
+  o.config.continue_on_worker_loss = ps.continue_on_worker_loss;
+  o.config.worker_timeout_s = ps.worker_timeout_s;
+  o.config.checkpoint_dir = ps.checkpoint_dir;
+  o.config.checkpoint_every = ps.checkpoint_every;
+  o.config.sample_budget = ps.sample_budget;
+  o.codec = codec;
+  o.worker = context.rank();
+  o.token = servers->token;
+  o.timeout = InitOptions::from_environment().collective_timeout;
+  std::vector<std::pair<std::string, std::string>> peers;
+  for (size_t s = 0; s < servers->endpoints.size(); ++s) {
+    o.servers.push_back("server" + std::to_string(s));
+    peers.emplace_back(o.servers.back(), servers->endpoints[s]);
+  }
+  auto transport =
+      std::make_unique<comm::ZmqClientTransport>("worker" + std::to_string(context.rank()), peers);
+  return std::make_unique<strategy::ps::ParameterServerStrategy>(std::move(transport), o);
+}
+
 }  // namespace
 
 struct DistributedOptimizer::Impl {
@@ -121,11 +173,15 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
   }
   impl_->codec_spec = compress::CodecPolicy::parse(codec).canonical();
 
-  strategy::StrategyOptions strategy_options;
-  strategy_options.name = options.strategy;
-  strategy_options.codec = codec;
-  strategy_options.bucket_bytes = options.bucket_bytes;
-  impl_->strategy = strategy::create_strategy(collectives, strategy_options);
+  if (options.strategy == "ps") {
+    impl_->strategy = make_ps_strategy(*impl_->context, *impl_->optimizer, codec, options.ps);
+  } else {
+    strategy::StrategyOptions strategy_options;
+    strategy_options.name = options.strategy;
+    strategy_options.codec = codec;
+    strategy_options.bucket_bytes = options.bucket_bytes;
+    impl_->strategy = strategy::create_strategy(collectives, strategy_options);
+  }
   {
     torch::NoGradGuard no_grad;
     impl_->strategy->start(tensors, param_spans, buffer_spans);
@@ -178,5 +234,37 @@ TrafficCounters DistributedOptimizer::traffic() const {
 }
 
 const Context& DistributedOptimizer::context() const { return *impl_->context; }
+
+void DistributedOptimizer::count_samples(size_t samples, double loss_sum) {
+  impl_->strategy->count_samples(samples, loss_sum);
+}
+
+namespace {
+JobProgress public_progress(const strategy::JobProgress& p) {
+  return {p.samples, p.loss_sum, p.bytes_sent, p.bytes_dense, p.live_workers, p.done};
+}
+}  // namespace
+
+std::optional<JobProgress> DistributedOptimizer::job_progress() const {
+  const auto p = impl_->strategy->job_progress();
+  if (!p) return std::nullopt;
+  return public_progress(*p);
+}
+
+std::optional<JobSummary> DistributedOptimizer::finish() {
+  torch::NoGradGuard no_grad;
+  const auto s = impl_->strategy->finish();
+  if (!s) return std::nullopt;
+  JobSummary out;
+  out.progress = public_progress(s->progress);
+  out.version = s->version;
+  out.staleness_count = s->staleness_count;
+  out.staleness_mean = s->staleness_mean;
+  out.staleness_p50 = s->staleness_p50;
+  out.staleness_p99 = s->staleness_p99;
+  out.staleness_max = s->staleness_max;
+  out.checksums = s->checksums;
+  return out;
+}
 
 }  // namespace gradwire

@@ -12,84 +12,10 @@
 #include "gradwire/distributed_optimizer.h"
 #include "gradwire/distributed_sampler.h"
 #include "gradwire/train/fashion_mnist.h"
+#include "gradwire/train/job_output.h"
 #include "gradwire/train/models.h"
 
 namespace gradwire::train {
-namespace {
-
-using Clock = std::chrono::steady_clock;
-
-double seconds_since(Clock::time_point start) {
-  return std::chrono::duration<double>(Clock::now() - start).count();
-}
-
-// FNV-1a over the raw bytes of every parameter: equal strings mean bitwise-equal models.
-std::string parameter_checksum(const torch::nn::Module& model) {
-  uint64_t hash = 0xcbf29ce484222325ULL;
-  for (const auto& p : model.parameters()) {
-    const auto t = p.contiguous();
-    const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
-    for (size_t i = 0, n = t.numel() * t.element_size(); i < n; ++i) {
-      hash = (hash ^ bytes[i]) * 0x100000001b3ULL;
-    }
-  }
-  char text[17];
-  std::snprintf(text, sizeof(text), "%016llx", static_cast<unsigned long long>(hash));
-  return text;
-}
-
-double evaluate(Classifier& model, const Dataset& test) {
-  torch::NoGradGuard no_grad;
-  model.eval();
-  int64_t correct = 0;
-  const int64_t n = static_cast<int64_t>(test.size());
-  for (int64_t start = 0; start < n; start += 1000) {
-    const int64_t end = std::min(n, start + 1000);
-    auto logits = model.forward(test.images.slice(0, start, end));
-    correct += logits.argmax(1).eq(test.labels.slice(0, start, end)).sum().item<int64_t>();
-  }
-  model.train();
-  return n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
-}
-
-class MetricsFile {
- public:
-  explicit MetricsFile(const std::string& path) {
-    if (path.empty()) return;
-    out_.open(path, std::ios::out | std::ios::trunc);
-    if (!out_) throw SystemError(errno_message("cannot write metrics file " + path, errno));
-    path_ = path;
-  }
-  void write(const nlohmann::json& line) {
-    if (path_.empty()) return;
-    out_ << line.dump() << '\n';
-    out_.flush();
-    if (!out_) throw SystemError(errno_message("writing metrics file " + path_ + " failed", errno));
-  }
-
- private:
-  std::string path_;
-  std::ofstream out_;
-};
-
-void print_progress(ProgressStyle style, int epoch, int epochs, size_t step, size_t steps,
-                    double loss, double samples_per_s) {
-  if (style == ProgressStyle::kNone) return;
-  const int percent = static_cast<int>(100 * step / std::max<size_t>(1, steps));
-  if (style == ProgressStyle::kTerminal) {
-    constexpr int kWidth = 24;
-    const int filled = percent * kWidth / 100;
-    std::printf("epoch %d/%d [%s%s] %3d%% loss %.4f %.0f samples/s\r", epoch, epochs,
-                std::string(filled, '=').c_str(), std::string(kWidth - filled, ' ').c_str(),
-                percent, loss, samples_per_s);
-  } else {
-    std::printf("epoch %d/%d %3d%% loss %.4f %.0f samples/s\n", epoch, epochs, percent, loss,
-                samples_per_s);
-  }
-  std::fflush(stdout);
-}
-
-}  // namespace
 
 void set_compute_threads(int threads) {
   if (threads < 1) throw ConfigError("--threads must be at least 1");
@@ -102,6 +28,12 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   if (options.epochs < 1) throw ConfigError("--epochs must be at least 1");
   if (options.batch_size < 1) throw ConfigError("--batch-size must be at least 1");
   if (!(options.lr > 0)) throw ConfigError("--lr must be positive");
+  if (options.strategy == "ps") return run_ps_training(options, context_ptr);
+  if (!options.worker_speed.empty()) {
+    throw ConfigError(
+        "--worker-speed applies to --strategy ps (allreduce runs at the slowest "
+        "worker's speed by construction)");
+  }
   const std::string dir = options.data_dir.empty() ? kFashionMnistDir : options.data_dir;
   const Dataset train_set = load_fashion_mnist(dir, /*train=*/true, options.train_limit);
   const Dataset test_set =
@@ -115,8 +47,9 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   dist_options.bucket_bytes = options.bucket_bytes;
   DistributedOptimizer optimizer(
       context_ptr,
-      torch::optim::SGD(model->parameters(),
-                        torch::optim::SGDOptions(options.lr).momentum(options.momentum)),
+      torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(options.lr)
+                                                 .momentum(options.momentum)
+                                                 .weight_decay(options.weight_decay)),
       *model, dist_options);
 
   if (context.is_root()) {

@@ -11,6 +11,7 @@
 #include <string>
 
 #include "gradwire/context.h"
+#include "gradwire/distributed_optimizer.h"
 
 namespace gradwire::train {
 
@@ -25,12 +26,20 @@ struct TrainOptions {
   int batch_size = 32;  // per worker
   double lr = 0.05;
   double momentum = 0.9;
+  double weight_decay = 0;
   uint64_t seed = 0;
   std::string data_dir;    // empty: Debian's Fashion-MNIST location
   size_t train_limit = 0;  // > 0: use only the first N training samples
   size_t test_limit = 0;
   std::string metrics_path;  // empty: no metrics file
   ProgressStyle progress = ProgressStyle::kLines;
+  // Strategy "ps": the servers' options. The job trains epochs x (training samples) samples
+  // over all workers together (a sample budget), so faster workers do more steps.
+  ParameterServerOptions ps;
+  // Per-worker speed, to make staleness real on one machine: "" (all 1), a list
+  // "1,1,1,0.25" (one per worker), or "random:SEED" (uniform in [0.25, 1]). A worker of
+  // speed s sleeps (1/s - 1) x its compute time after each step's computation.
+  std::string worker_speed;
 };
 
 struct TrainResult {
@@ -48,5 +57,11 @@ void set_compute_threads(int threads);
 
 // Runs this rank's part of the job. All ranks must call it with the same options.
 TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> context);
+
+// run_training for strategy "ps" (ps_training.cc).
+TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context> context);
+
+// This worker's speed in (0, 1] from TrainOptions::worker_speed; ConfigError if malformed.
+double worker_speed(const std::string& spec, int rank, int workers);
 
 }  // namespace gradwire::train

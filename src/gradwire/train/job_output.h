@@ -1,0 +1,42 @@
+// What every training loop of the built-in job reports: test accuracy, parameter
+// checksums, progress lines and the metrics file (JSON Lines, docs/ARCHITECTURE.md).
+#pragma once
+
+#include <torch/torch.h>
+
+#include <chrono>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+
+#include "gradwire/train/fashion_mnist.h"
+#include "gradwire/train/models.h"
+#include "gradwire/train/trainer.h"
+
+namespace gradwire::train {
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point start);
+
+// FNV-1a over the raw bytes of every parameter: equal strings mean bitwise-equal models.
+std::string parameter_checksum(const torch::nn::Module& model);
+
+// Top-1 accuracy on `test`, in batches of 1000, in eval mode.
+double evaluate(Classifier& model, const Dataset& test);
+
+// A JSON Lines file, flushed per line; an empty path writes nothing.
+class MetricsFile {
+ public:
+  explicit MetricsFile(const std::string& path);
+  void write(const nlohmann::json& line);
+
+ private:
+  std::string path_;
+  std::ofstream out_;
+};
+
+void print_progress(ProgressStyle style, int epoch, int epochs, size_t step, size_t steps,
+                    double loss, double samples_per_s);
+
+}  // namespace gradwire::train

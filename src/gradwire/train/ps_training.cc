@@ -1,0 +1,265 @@
+// The built-in job on parameter servers (`gradwire train --strategy ps`).
+//
+// Unlike allreduce, workers do not step together: the job is a budget of epochs x N
+// samples that the servers count over all workers, so a fast worker trains more batches
+// than a slow one and asynchronous runs finish sooner. Worker 0 (the chief) evaluates the
+// model it holds each time the job-wide count crosses an epoch boundary, and at the end
+// the servers' final model; it writes the metrics file. No collective runs after start, so
+// the job goes on when a worker is lost (SSP, ASP, or BSP with --on-worker-loss continue).
+#include <unistd.h>
+
+#include <cstdlib>
+#include <random>
+#include <sstream>
+#include <thread>
+
+#include "gradwire/core/error.h"
+#include "gradwire/distributed_optimizer.h"
+#include "gradwire/distributed_sampler.h"
+#include "gradwire/train/job_output.h"
+
+namespace gradwire::train {
+namespace {
+
+// GRADWIRE_TEST_WORKER_EXIT=R:S makes worker R exit abruptly (status 9, no goodbye) before
+// its step S: how the tests lose a worker for real.
+std::optional<std::pair<int, uint64_t>> scheduled_exit() {
+  const char* text = std::getenv("GRADWIRE_TEST_WORKER_EXIT");
+  if (!text || !*text) return std::nullopt;
+  int rank = 0;
+  unsigned long long step = 0;
+  if (std::sscanf(text, "%d:%llu", &rank, &step) != 2) {
+    throw ConfigError(std::string("GRADWIRE_TEST_WORKER_EXIT=") + text + " is not RANK:STEP");
+  }
+  return std::make_pair(rank, static_cast<uint64_t>(step));
+}
+
+}  // namespace
+
+double worker_speed(const std::string& spec, int rank, int workers) {
+  if (spec.empty()) return 1.0;
+  if (spec.rfind("random:", 0) == 0) {
+    const std::string seed_text = spec.substr(7);
+    char* end = nullptr;
+    const unsigned long long seed = std::strtoull(seed_text.c_str(), &end, 10);
+    if (seed_text.empty() || *end != '\0') {
+      throw ConfigError("--worker-speed " + spec + ": expected random:SEED");
+    }
+    std::mt19937_64 random(seed);
+    std::uniform_real_distribution<double> speed(0.25, 1.0);
+    double mine = 1.0;
+    for (int r = 0; r <= rank; ++r) mine = speed(random);
+    return mine;
+  }
+  std::vector<double> speeds;
+  std::istringstream in(spec);
+  for (std::string item; std::getline(in, item, ',');) {
+    char* end = nullptr;
+    const double v = std::strtod(item.c_str(), &end);
+    if (item.empty() || *end != '\0' || !(v > 0 && v <= 1)) {
+      throw ConfigError("--worker-speed " + spec + ": '" + item + "' is not a speed in (0, 1]");
+    }
+    speeds.push_back(v);
+  }
+  if (static_cast<int>(speeds.size()) != workers) {
+    throw ConfigError("--worker-speed " + spec + " gives " + std::to_string(speeds.size()) +
+                      " speeds for " + std::to_string(workers) + " workers");
+  }
+  return speeds[rank];
+}
+
+TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context> context_ptr) {
+  Context& context = *context_ptr;
+  const double speed = worker_speed(options.worker_speed, context.rank(), context.world_size());
+  const auto exit_at = scheduled_exit();
+  const std::string dir = options.data_dir.empty() ? kFashionMnistDir : options.data_dir;
+  const Dataset train_set = load_fashion_mnist(dir, /*train=*/true, options.train_limit);
+  const Dataset test_set =
+      context.is_root() ? load_fashion_mnist(dir, /*train=*/false, options.test_limit) : Dataset{};
+  const uint64_t epoch_samples = train_set.size();
+
+  torch::manual_seed(options.seed);
+  auto model = make_model(options.model);
+  DistributedOptions dist_options;
+  dist_options.strategy = "ps";
+  dist_options.compressor = options.compressor;
+  dist_options.ps = options.ps;
+  dist_options.ps.sample_budget = epoch_samples * static_cast<uint64_t>(options.epochs);
+  DistributedOptimizer optimizer(
+      context_ptr,
+      torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(options.lr)
+                                                 .momentum(options.momentum)
+                                                 .weight_decay(options.weight_decay)),
+      *model, dist_options);
+
+  const bool chief = context.is_root();
+  JobProgress progress = optimizer.job_progress().value_or(JobProgress{});
+  if (chief) {
+    std::printf(
+        "%d workers, parameter servers (%s, updater %s), model %s, codec %s, %zu training "
+        "samples x %d epochs, batch %d per worker%s\n",
+        context.world_size(), options.ps.consistency.c_str(), options.ps.updater.c_str(),
+        options.model.c_str(), optimizer.codec_spec().c_str(), train_set.size(), options.epochs,
+        options.batch_size,
+        progress.samples ? (", resumed at " + std::to_string(progress.samples) + " samples").c_str()
+                         : "");
+    std::fflush(stdout);
+  }
+  if (speed < 1) {
+    std::printf("worker %d runs at speed %.3g\n", context.rank(), speed);
+    std::fflush(stdout);
+  }
+
+  DistributedSampler sampler(train_set.size(), context.rank(), context.world_size(), options.seed);
+  int local_pass = 1;
+  sampler.set_epoch(local_pass);
+  size_t position = 0;
+  const ProgressStyle style = chief ? options.progress : ProgressStyle::kNone;
+  MetricsFile metrics(chief ? options.metrics_path : "");
+
+  TrainResult result;
+  const auto job_start = Clock::now();
+  auto epoch_start = job_start;
+  int epoch = static_cast<int>(progress.samples / epoch_samples) + 1;
+  uint64_t boundary = static_cast<uint64_t>(epoch) * epoch_samples;
+  uint64_t epoch_first_sample = progress.samples;
+  double epoch_first_loss = progress.loss_sum;
+  uint64_t next_print = progress.samples + epoch_samples / 4;
+  nlohmann::json last;
+  double compute_s = 0, sleep_s = 0;
+  uint64_t steps = 0;
+
+  while (!progress.done) {
+    if (exit_at && exit_at->first == context.rank() && exit_at->second == steps) {
+      std::fprintf(stderr, "worker %d: exiting abruptly at step %llu (GRADWIRE_TEST_WORKER_EXIT)\n",
+                   context.rank(), static_cast<unsigned long long>(steps));
+      std::fflush(stderr);
+      std::_Exit(9);
+    }
+    const auto& all = sampler.indices();
+    if (position >= all.size()) {
+      sampler.set_epoch(++local_pass);
+      position = 0;
+    }
+    const size_t begin = position;
+    const size_t end = std::min(all.size(), begin + options.batch_size);
+    position = end;
+    const auto compute_start = Clock::now();
+    auto index = torch::from_blob(const_cast<size_t*>(all.data() + begin),
+                                  {static_cast<int64_t>(end - begin)}, torch::kLong)
+                     .clone();
+    auto x = train_set.images.index_select(0, index);
+    auto y = train_set.labels.index_select(0, index);
+    optimizer.zero_grad();
+    auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
+    loss.backward();
+    const double computed = seconds_since(compute_start);
+    compute_s += computed;
+    if (speed < 1) {
+      const double pause = computed * (1 / speed - 1);
+      std::this_thread::sleep_for(std::chrono::duration<double>(pause));
+      sleep_s += pause;
+    }
+    optimizer.count_samples(end - begin, loss.item<double>() * static_cast<double>(end - begin));
+    optimizer.step();
+    ++steps;
+    progress = optimizer.job_progress().value_or(JobProgress{});
+
+    if (chief && progress.samples >= next_print && progress.samples < boundary) {
+      const uint64_t in_epoch = progress.samples - (boundary - epoch_samples);
+      print_progress(style, epoch, options.epochs, in_epoch, epoch_samples,
+                     (progress.loss_sum - epoch_first_loss) /
+                         std::max<uint64_t>(1, progress.samples - epoch_first_sample),
+                     (progress.samples - epoch_first_sample) / seconds_since(epoch_start));
+      next_print = progress.samples + epoch_samples / 4;
+    }
+    while (chief && progress.samples >= boundary && epoch <= options.epochs) {
+      if (style == ProgressStyle::kTerminal) std::printf("\n");
+      const double accuracy = evaluate(*model, test_set);
+      const uint64_t n = std::max<uint64_t>(1, progress.samples - epoch_first_sample);
+      const double mean_loss = (progress.loss_sum - epoch_first_loss) / n;
+      last = {{"epoch", epoch},
+              {"train_loss", mean_loss},
+              {"test_accuracy", accuracy},
+              {"elapsed_s", seconds_since(job_start)},
+              {"samples_per_s", n / seconds_since(epoch_start)},
+              {"bytes_sent", progress.bytes_sent},
+              {"bytes_dense", progress.bytes_dense}};
+      nlohmann::json line = last;
+      line["event"] = "epoch";
+      metrics.write(line);
+      std::printf(
+          "epoch %d/%d: train_loss %.4f test_accuracy %.2f%% (worker 0's model) %.1f s pushed "
+          "%.2f MB (%.4f of dense)\n",
+          epoch, options.epochs, mean_loss, 100 * accuracy, seconds_since(epoch_start),
+          progress.bytes_sent / 1e6,
+          progress.bytes_dense ? double(progress.bytes_sent) / progress.bytes_dense : 0.0);
+      std::fflush(stdout);
+      ++epoch;
+      boundary += epoch_samples;
+      epoch_first_sample = progress.samples;
+      epoch_first_loss = progress.loss_sum;
+      epoch_start = Clock::now();
+      next_print = progress.samples + epoch_samples / 4;
+    }
+  }
+
+  const auto summary = optimizer.finish();
+  result.elapsed_s = seconds_since(job_start);
+  if (!chief) return result;
+
+  // The chief now holds the servers' final model.
+  result.test_accuracy = evaluate(*model, test_set);
+  const JobProgress& p = summary->progress;
+  result.bytes_sent = p.bytes_sent;
+  result.bytes_dense = p.bytes_dense;
+  result.train_loss = last.value("train_loss", 0.0);
+  nlohmann::json checksums = nlohmann::json::array();
+  for (const auto& c : summary->checksums) checksums.push_back(c);
+  if (options.ps.consistency == "bsp") {
+    for (const auto& c : summary->checksums) {
+      if (!c.empty() && c != summary->checksums[0]) result.checksums_equal = false;
+    }
+  }
+  nlohmann::json out = last;
+  out["event"] = "summary";
+  out["test_accuracy"] = result.test_accuracy;
+  out["elapsed_s"] = result.elapsed_s;
+  out["bytes_sent"] = p.bytes_sent;
+  out["bytes_dense"] = p.bytes_dense;
+  out["samples"] = p.samples;
+  out["workers"] = context.world_size();
+  out["live_workers"] = p.live_workers;
+  out["servers"] = static_cast<int>(context.parameter_servers()->endpoints.size());
+  out["strategy"] = "ps";
+  out["consistency"] = options.ps.consistency;
+  out["updater"] = options.ps.updater;
+  out["pull"] = options.ps.pull;
+  out["worker_speed"] = options.worker_speed;
+  out["compressor"] = options.compressor;
+  out["codec"] = optimizer.codec_spec();
+  out["model"] = options.model;
+  out["version"] = summary->version;
+  out["staleness"] = {{"count", summary->staleness_count},
+                      {"mean", summary->staleness_mean},
+                      {"p50", summary->staleness_p50},
+                      {"p99", summary->staleness_p99},
+                      {"max", summary->staleness_max}};
+  out["param_checksums"] = checksums;
+  metrics.write(out);
+  std::printf(
+      "summary: %d workers, ps %s, updater %s, compressor %s: test accuracy %.2f%% (servers' "
+      "final model), %.1f s, %llu updates, staleness mean %.2f p50 %llu p99 %llu max %llu, "
+      "pushed/dense %.4f\n",
+      context.world_size(), options.ps.consistency.c_str(), options.ps.updater.c_str(),
+      options.compressor.c_str(), 100 * result.test_accuracy, result.elapsed_s,
+      static_cast<unsigned long long>(summary->version), summary->staleness_mean,
+      static_cast<unsigned long long>(summary->staleness_p50),
+      static_cast<unsigned long long>(summary->staleness_p99),
+      static_cast<unsigned long long>(summary->staleness_max),
+      p.bytes_dense ? double(p.bytes_sent) / p.bytes_dense : 0.0);
+  std::fflush(stdout);
+  return result;
+}
+
+}  // namespace gradwire::train
