@@ -12,6 +12,8 @@
 
 #include "codec_fuzz_cases.h"
 #include "gradwire/compress/registry.h"
+#include "gradwire/strategy/ps/job.h"
+#include "gradwire/strategy/ps/protocol.h"
 
 namespace {
 
@@ -99,6 +101,43 @@ int main(int argc, char** argv) {
   for (const char* text : kSpecTexts) {
     const std::string s(text);
     write_file(spec_dir / ("spec-" + std::to_string(index++)), {s.begin(), s.end()});
+    ++files;
+  }
+  // Parameter-server messages: one of each type, as a server or worker sends them.
+  const fs::path ps_dir = root / "ps";
+  fs::create_directories(ps_dir);
+  namespace ps = gradwire::strategy::ps;
+  ps::MessageHeader h;
+  h.token = 0x0123456789abcdefULL;
+  ps::HelloMessage hello;
+  hello.config = ps::JobConfig{}.to_text();
+  hello.slices.push_back(
+      {0, {"fc.weight", {4, 2}, gradwire::compress::LayerKind::kFcWeight}, "none"});
+  hello.initial.push_back(gradient_like(8, 1));
+  const auto codec = gradwire::compress::create_codec("2bit", hello.slices[0].info);
+  ps::SlicePayload slice{0, {}};
+  codec->encode(gradient_like(8, 2), slice.payload);
+  ps::PushMessage push;
+  push.clock = 3;
+  push.base_version = 2;
+  push.stats = {64, 12.5, 1000, 4000};
+  push.gradients.push_back(slice);
+  ps::WeightsMessage weights;
+  weights.version = 7;
+  weights.progress = {128, 20.0, 2000, 8000, 2, false};
+  weights.weights.push_back(slice);
+  ps::FinalMessage final_message;
+  final_message.weights = weights;
+  final_message.staleness_histogram = {5, 3, 1};
+  final_message.checksums = {"00ff00ff00ff00ff", ""};
+  const std::vector<gradwire::Bytes> messages{ps::encode(h, hello),
+                                              ps::encode(h, push),
+                                              ps::encode(h, ps::ByeMessage{{64, 1.0, 8, 32}, "ab"}),
+                                              ps::encode(h, weights),
+                                              ps::encode(h, final_message),
+                                              ps::encode_error(h, "no")};
+  for (size_t i = 0; i < messages.size(); ++i) {
+    write_file(ps_dir / ("message-" + std::to_string(i)), messages[i]);
     ++files;
   }
   std::printf("wrote %zu seed files under %s\n", files, root.c_str());

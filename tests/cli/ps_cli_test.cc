@@ -5,6 +5,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "../common/command_runner.h"
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -14,27 +16,14 @@
 
 namespace {
 
-struct Result {
-  int status = -1;
-  std::string output;
-};
+using Result = gradwire::testing::CommandResult;
 
 Result run(const std::string& command, int timeout_s) {
-  const std::string full = "timeout -k 5 " + std::to_string(timeout_s) + " " + command + " 2>&1";
-  Result result;
-  FILE* pipe = popen(full.c_str(), "r");
-  if (!pipe) return result;
-  std::array<char, 4096> buffer;
-  while (fgets(buffer.data(), buffer.size(), pipe)) result.output += buffer.data();
-  const int status = pclose(pipe);
-  result.status = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
-  return result;
+  return gradwire::testing::run_command(command, timeout_s);
 }
 
 std::string temp_path(const std::string& name) {
-  return (std::filesystem::temp_directory_path() /
-          ("gradwire_ps_cli_test_" + std::to_string(getpid()) + "_" + name))
-      .string();
+  return gradwire::testing::temp_path("gradwire_ps_cli_test_", name);
 }
 
 nlohmann::json summary_of(const std::string& metrics) {

@@ -1,5 +1,6 @@
 // gradwire: the command-line tool. Subcommands live in *_command.cc; this file only
 // dispatches and turns errors into exit codes (the one place that decides to exit).
+#include <csignal>
 #include <cstdio>
 #include <exception>
 
@@ -9,6 +10,9 @@
 #include "gradwire/core/error.h"
 
 int main(int argc, char** argv) {
+  // A write past RLIMIT_FSIZE must fail with EFBIG (reported, the previous checkpoint
+  // kept) rather than kill the process.
+  std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"gradwire: communication-efficient distributed training for libtorch"};
   app.require_subcommand(1);
   int exit_code = 0;
