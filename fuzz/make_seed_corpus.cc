@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
   hello.config = ps::JobConfig{}.to_text();
   hello.slices.push_back(
       {0, {"fc.weight", {4, 2}, gradwire::compress::LayerKind::kFcWeight}, "none"});
+  hello.has_initial = true;
   hello.initial.push_back(gradient_like(8, 1));
   const auto codec = gradwire::compress::create_codec("2bit", hello.slices[0].info);
   ps::SlicePayload slice{0, {}};

@@ -225,6 +225,22 @@ TEST(ParameterServer, BspWithNoneMatchesAllreduceAndMomentumSgd) {
   EXPECT_EQ(summary.progress.samples, 10u * kWorkers * kSteps);
 }
 
+TEST(ParameterServer, AServerThatOwnsNoSliceStillServes) {
+  // Two small tensors over four servers: servers 2 and 3 own nothing, yet take part.
+  auto net = comm::InprocNetwork::create();
+  const JobConfig config = base_config(2, 4);
+  Servers servers(net, 4);
+  std::vector<WorkerResult> results(2);
+  std::thread a([&] { run_worker(*net, servers, config, 0, 3, results[0]); });
+  std::thread b([&] { run_worker(*net, servers, config, 1, 3, results[1]); });
+  a.join();
+  b.join();
+  servers.join();
+  EXPECT_EQ(results[0].error, "");
+  EXPECT_EQ(results[1].error, "");
+  EXPECT_EQ(results[0].model.params, results[1].model.params);
+}
+
 TEST(ParameterServer, SlicesSpreadLargeTensorsEvenlyOverServers) {
   const std::vector<compress::TensorInfo> tensors{
       {"conv.weight", {32, 1, 3, 3}, compress::LayerKind::kConvWeight},
@@ -571,6 +587,7 @@ TEST(ParameterServerProtocol, ParsersRefuseEveryTruncation) {
   HelloMessage hello;
   hello.config = base_config(1, 1).to_text();
   hello.slices.push_back({0, {"w", {2, 2}, compress::LayerKind::kFcWeight}, "none"});
+  hello.has_initial = true;
   hello.initial.push_back({1, 2, 3, 4});
   const Bytes bytes = encode(h, hello);
   for (size_t n = 0; n < bytes.size(); ++n) {

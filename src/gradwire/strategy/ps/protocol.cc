@@ -169,7 +169,7 @@ Bytes encode(const MessageHeader& header, const HelloMessage& m) {
     writer.put<uint8_t>(static_cast<uint8_t>(s.info.kind));
     writer.put_string(s.codec);
   }
-  writer.put<uint8_t>(m.initial.empty() ? 0 : 1);
+  writer.put<uint8_t>(m.has_initial ? 1 : 0);
   for (const auto& w : m.initial) {
     writer.put<uint32_t>(static_cast<uint32_t>(w.size()));
     writer.put_array<float>(w);
@@ -196,7 +196,8 @@ HelloMessage parse_hello(ByteReader& reader) {
     s.info.kind = static_cast<compress::LayerKind>(kind);
     s.codec = reader.get_string("slice codec");
   }
-  if (get_flag(reader, "initial weights flag")) {
+  m.has_initial = get_flag(reader, "initial weights flag");
+  if (m.has_initial) {
     m.initial.resize(m.slices.size());
     for (size_t i = 0; i < m.slices.size(); ++i) {
       const uint32_t n = get_count(reader, sizeof(float), "initial weight count");

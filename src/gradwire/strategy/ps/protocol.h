@@ -84,7 +84,10 @@ struct SlicePayload {
 struct HelloMessage {
   std::string config;  // JobConfig::to_text(); every worker must send the same
   std::vector<SliceDescription> slices;
-  std::vector<std::vector<float>> initial;  // worker 0 only: each slice's weights
+  // Worker 0 only: each slice's weights. `has_initial` is sent explicitly, so a server
+  // that owns no slice is initialized too.
+  bool has_initial = false;
+  std::vector<std::vector<float>> initial;
 };
 
 struct PushMessage {

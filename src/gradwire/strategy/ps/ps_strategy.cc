@@ -58,6 +58,7 @@ void ParameterServerStrategy::start(std::span<const compress::TensorInfo> tensor
   for (int s = 0; s < options_.config.num_servers; ++s) {
     HelloMessage hello;
     hello.config = config;
+    hello.has_initial = options_.worker == 0;
     for (size_t i : server_slices_[s]) {
       SliceDescription d;
       d.id = slices_[i].id;

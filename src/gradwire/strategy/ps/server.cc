@@ -430,7 +430,7 @@ struct ParameterServer::Impl {
     w.peer = peer;
     w.last_heard = Clock::now();
     w.pending = Pending::kInitial;
-    if (!initialized && !hello.initial.empty()) {
+    if (!initialized && hello.has_initial) {
       for (size_t i = 0; i < slices.size(); ++i) slices[i].weights = hello.initial[i];
       initialized = true;
     }
