@@ -241,6 +241,16 @@ TEST(ParameterServer, AServerThatOwnsNoSliceStillServes) {
   EXPECT_EQ(results[0].model.params, results[1].model.params);
 }
 
+TEST(ParameterServer, GivesUpWhenNoWorkerSaysHello) {
+  auto net = comm::InprocNetwork::create();
+  auto transport = net->endpoint("server0");
+  ServerOptions o;
+  o.token = kToken;
+  o.first_hello_timeout = 200ms;
+  ParameterServer server(*transport, o);
+  EXPECT_THROW(server.run(), TimeoutError);
+}
+
 TEST(ParameterServer, SlicesSpreadLargeTensorsEvenlyOverServers) {
   const std::vector<compress::TensorInfo> tensors{
       {"conv.weight", {32, 1, 3, 3}, compress::LayerKind::kConvWeight},

@@ -80,6 +80,7 @@ namespace {
     }
     strategy::ps::ServerOptions server_options;
     server_options.index = role.index;
+    server_options.first_hello_timeout = options.collective_timeout;
     server_options.token = comm::join_as_server(world, role, options, endpoint);
     strategy::ps::ParameterServer server(transport, server_options);
     server.run();

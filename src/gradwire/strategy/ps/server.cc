@@ -525,7 +525,13 @@ struct ParameterServer::Impl {
   }
 
   void run() {
+    const auto started = Clock::now();
     while (!(configured && all_finished())) {
+      if (!configured && Clock::now() - started > options.first_hello_timeout) {
+        throw TimeoutError("server " + std::to_string(options.index) +
+                           ": no worker said hello within " +
+                           seconds_text(options.first_hello_timeout.count() / 1000.0) + " s");
+      }
       auto message = transport.receive(options.poll);
       if (message) {
         try {

@@ -38,6 +38,8 @@ struct ServerOptions {
   int index = 0;       // this server's index in [0, num_servers)
   uint64_t token = 0;  // the job's token; messages carrying another are dropped
   std::chrono::milliseconds poll{50};
+  // How long to wait for the first worker's hello before giving up (TimeoutError).
+  std::chrono::milliseconds first_hello_timeout{std::chrono::seconds(300)};
   std::function<void(const std::string&)> log;  // default: one line on stderr
 };
 
