@@ -25,6 +25,17 @@ std::string parameter_checksum(const torch::nn::Module& model) {
   return text;
 }
 
+torch::Tensor forward_backward(Classifier& model, const Dataset& set,
+                               std::span<const size_t> indices) {
+  auto index = torch::from_blob(const_cast<size_t*>(indices.data()),
+                                {static_cast<int64_t>(indices.size())}, torch::kLong)
+                   .clone();
+  auto loss = torch::nn::functional::cross_entropy(model.forward(set.images.index_select(0, index)),
+                                                   set.labels.index_select(0, index));
+  loss.backward();
+  return loss;
+}
+
 double evaluate(Classifier& model, const Dataset& test) {
   torch::NoGradGuard no_grad;
   model.eval();

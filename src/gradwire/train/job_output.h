@@ -7,6 +7,7 @@
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <span>
 #include <string>
 
 #include "gradwire/train/fashion_mnist.h"
@@ -21,6 +22,11 @@ double seconds_since(Clock::time_point start);
 
 // FNV-1a over the raw bytes of every parameter: equal strings mean bitwise-equal models.
 std::string parameter_checksum(const torch::nn::Module& model);
+
+// Runs forward and backward on the samples `indices` of `set`; returns the batch's mean
+// cross-entropy loss. Gradients accumulate into the model's .grad (zero them before).
+torch::Tensor forward_backward(Classifier& model, const Dataset& set,
+                               std::span<const size_t> indices);
 
 // Top-1 accuracy on `test`, in batches of 1000, in eval mode.
 double evaluate(Classifier& model, const Dataset& test);

@@ -79,14 +79,9 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
       const auto& all = sampler.indices();
       const size_t begin = step * options.batch_size;
       const size_t end = std::min(all.size(), begin + options.batch_size);
-      auto index = torch::from_blob(const_cast<size_t*>(all.data() + begin),
-                                    {static_cast<int64_t>(end - begin)}, torch::kLong)
-                       .clone();
-      auto x = train_set.images.index_select(0, index);
-      auto y = train_set.labels.index_select(0, index);
       optimizer.zero_grad();
-      auto loss = torch::nn::functional::cross_entropy(model->forward(x), y);
-      loss.backward();
+      const auto loss = forward_backward(*model, train_set,
+                                         std::span<const size_t>(all.data() + begin, end - begin));
       optimizer.step();
       loss_sum += loss.item<double>() * static_cast<double>(end - begin);
       samples += end - begin;
