@@ -62,7 +62,8 @@ struct WorkerState {
   WorkerStats stats;
   std::string checksum;
   Clock::time_point last_heard;
-  std::vector<std::vector<float>> backup;  // per slice: the weights this worker holds
+  // Per slice: the weights this worker holds, kept only when read (keep_backups).
+  std::vector<std::vector<float>> backup;
 
   bool live() const { return !done && !lost; }
 };
@@ -80,6 +81,9 @@ struct ParameterServer::Impl {
   JobConfig config;
   std::vector<SliceState> slices;
   std::unique_ptr<Updater> updater;
+  // w_bak(m) costs 4 N_s W bytes; it is kept only where something reads it: the
+  // delay-compensating updaters and delta pulls.
+  bool keep_backups = false;
   std::vector<WorkerState> workers;
   uint64_t version = 0;
   uint64_t last_checkpoint_version = 0;
@@ -155,6 +159,7 @@ struct ParameterServer::Impl {
     config_text = hello.config;
     slices = std::move(new_slices);
     updater = std::move(new_updater);
+    keep_backups = c.pull.delta || reads_backup(updater_options.kind);
     workers.assign(c.num_workers, WorkerState{});
     configured_at = Clock::now();
     for (auto& w : workers) w.last_heard = configured_at;
@@ -219,9 +224,21 @@ struct ParameterServer::Impl {
     m.version = version;
     m.progress = progress();
     m.delta = !whole && config.pull.delta;
-    if (w.backup.size() != slices.size()) {
-      w.backup.resize(slices.size());
-      for (size_t i = 0; i < slices.size(); ++i) w.backup[i].assign(slices[i].weights.size(), 0);
+    if (w.backup.size() != slices.size()) w.backup.resize(slices.size());
+    if (!keep_backups) {
+      for (size_t i = 0; i < slices.size(); ++i) {
+        SlicePayload out;
+        out.id = slices[i].description.id;
+        (whole ? slices[i].whole_codec : slices[i].pull_codec)
+            ->encode(slices[i].weights, out.payload);
+        m.weights.push_back(std::move(out));
+      }
+      return m;
+    }
+    for (size_t i = 0; i < slices.size(); ++i) {
+      if (w.backup[i].size() != slices[i].weights.size()) {
+        w.backup[i].assign(slices[i].weights.size(), 0);
+      }
     }
     std::vector<float> delta;
     for (size_t i = 0; i < slices.size(); ++i) {
