@@ -181,30 +181,26 @@ TEST_F(AtomicFileTest, FullDiskThrowsAndKeepsPreviousFile) {
   EXPECT_EQ(list_dir(dir_), std::vector<std::string>{"ckpt.bin"});
 }
 
-TEST_F(AtomicFileTest, ParentIsRegularFileThrowsSystemError) {
-  write_file_atomically(path("plain"), as_bytes("not a directory"));
-  const std::string target = path("plain/ckpt.bin");
+// Writing `target` fails with a SystemError that names it and the OS reason.
+void expect_write_fails(const std::string& target, const std::string& reason) {
   try {
     write_file_atomically(target, as_bytes("data"));
     FAIL() << "expected SystemError";
   } catch (const SystemError& e) {
     const std::string message = e.what();
     EXPECT_NE(message.find(target), std::string::npos) << message;
-    EXPECT_NE(message.find("Not a directory"), std::string::npos) << message;
+    EXPECT_NE(message.find(reason), std::string::npos) << message;
   }
+}
+
+TEST_F(AtomicFileTest, ParentIsRegularFileThrowsSystemError) {
+  write_file_atomically(path("plain"), as_bytes("not a directory"));
+  expect_write_fails(path("plain/ckpt.bin"), "Not a directory");
   EXPECT_EQ(list_dir(dir_), std::vector<std::string>{"plain"});
 }
 
 TEST_F(AtomicFileTest, MissingDirectoryThrowsSystemError) {
-  const std::string target = path("no/such/dir/ckpt.bin");
-  try {
-    write_file_atomically(target, as_bytes("data"));
-    FAIL() << "expected SystemError";
-  } catch (const SystemError& e) {
-    const std::string message = e.what();
-    EXPECT_NE(message.find(target), std::string::npos) << message;
-    EXPECT_NE(message.find("No such file or directory"), std::string::npos) << message;
-  }
+  expect_write_fails(path("no/such/dir/ckpt.bin"), "No such file or directory");
 }
 
 TEST_F(AtomicFileTest, RenameFailureRemovesTemporaryAndKeepsTarget) {
