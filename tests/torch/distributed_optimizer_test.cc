@@ -4,10 +4,13 @@
 #include <torch/torch.h>
 
 #include <mutex>
+#include <thread>
 
 #include "../common/gloo_harness.h"
 #include "gradwire/comm/collectives.h"
+#include "gradwire/comm/zmq_transport.h"
 #include "gradwire/core/error.h"
+#include "gradwire/strategy/ps/server.h"
 
 namespace gradwire {
 namespace {
@@ -92,6 +95,95 @@ TEST(DistributedOptimizerTest, TwoRanksOfBatchBMatchOneRankOfBatch2B) {
           << (results[rank][i] - expected[i]).abs().max().item<float>();
     }
   }
+}
+
+// Parameter servers on threads over real ZeroMQ sockets; workers are Gloo ranks whose
+// Context knows the servers, as gradwire::init() builds it in a job with servers.
+class ServerThreads {
+ public:
+  ServerThreads(int count, uint64_t token) {
+    for (int s = 0; s < count; ++s) {
+      transports_.push_back(
+          std::make_unique<comm::ZmqServerTransport>("server" + std::to_string(s), "127.0.0.1"));
+      servers_.endpoints.push_back(transports_.back()->endpoint());
+    }
+    servers_.token = token;
+    for (int s = 0; s < count; ++s) {
+      threads_.emplace_back([this, s, token] {
+        strategy::ps::ServerOptions o;
+        o.index = s;
+        o.token = token;
+        o.first_hello_timeout = std::chrono::seconds(30);
+        strategy::ps::ParameterServer(*transports_[s], o).run();
+      });
+    }
+  }
+  ~ServerThreads() {
+    for (auto& t : threads_) t.join();
+  }
+  const ParameterServers& servers() const { return servers_; }
+
+ private:
+  ParameterServers servers_;
+  std::vector<std::unique_ptr<comm::ZmqServerTransport>> transports_;
+  std::vector<std::thread> threads_;
+};
+
+TEST(DistributedOptimizerTest, ParameterServerBspMatchesAllreduceStepForStep) {
+  const Problem problem;
+  constexpr int kBatch = 8, kSteps = 6;
+  auto run = [&](bool ps) {
+    std::vector<std::vector<torch::Tensor>> results(2);
+    std::unique_ptr<ServerThreads> servers;
+    if (ps) servers = std::make_unique<ServerThreads>(2, 0x5eed);
+    testing::run_gloo_ranks(2, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
+      auto context = context_for(rank, 2, c);
+      if (ps) context->set_parameter_servers(servers->servers());
+      auto net = problem.fresh_net();
+      DistributedOptimizer opt(
+          context,
+          torch::optim::SGD(net->parameters(),
+                            torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-3)),
+          *net, {.strategy = ps ? "ps" : "allreduce"});
+      results[rank] = train(
+          problem, *net, [&] { opt.zero_grad(); }, [&] { opt.step(); }, rank, 2, kBatch, kSteps);
+      const auto summary = opt.finish();
+      EXPECT_EQ(summary.has_value(), ps);
+      if (ps && rank == 0) EXPECT_EQ(summary->version, static_cast<uint64_t>(kSteps));
+    });
+    return results;
+  };
+  const auto allreduce = run(false);
+  const auto ps = run(true);
+  for (int rank = 0; rank < 2; ++rank) {
+    for (size_t i = 0; i < allreduce[0].size(); ++i) {
+      EXPECT_TRUE(torch::allclose(ps[rank][i], allreduce[0][i], /*rtol=*/0, /*atol=*/1e-5))
+          << "rank " << rank << " tensor " << i << " max diff "
+          << (ps[rank][i] - allreduce[0][i]).abs().max().item<float>();
+    }
+  }
+}
+
+TEST(DistributedOptimizerTest, ParameterServerStrategyNeedsServersAndSgd) {
+  testing::run_gloo_ranks(1, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
+    auto context = context_for(rank, 1, c);
+    auto net = Problem().fresh_net();
+    try {
+      DistributedOptimizer opt(context, torch::optim::SGD(net->parameters(), 0.1), *net,
+                               {.strategy = "ps"});
+      FAIL() << "expected ConfigError";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("--servers"), std::string::npos) << e.what();
+    }
+    context->set_parameter_servers({{"tcp://127.0.0.1:1"}, 1});
+    try {
+      DistributedOptimizer opt(context, torch::optim::Adam(net->parameters()), *net,
+                               {.strategy = "ps"});
+      FAIL() << "expected ConfigError";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("torch::optim::SGD"), std::string::npos) << e.what();
+    }
+  });
 }
 
 class CodecOverGlooTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
