@@ -36,7 +36,8 @@ namespace gradwire {
 
 // Strategy "ps" (a job started with parameter servers, see context.h): the servers apply
 // the updates with the wrapped optimizer's hyperparameters, which must be torch::optim::SGD
-// (lr, momentum, weight_decay of its first group); the optimizer itself never steps.
+// (momentum, weight_decay of its first group at construction; its lr at every step, so LR
+// schedules work); the optimizer itself never steps.
 struct ParameterServerOptions {
   std::string consistency = "bsp";  // bsp | ssp:S | asp
   std::string updater = "sgd";      // sgd | asgd-staleness | dc-asgd | dc-asgd-a | ddc-asgd[:keys]
@@ -68,6 +69,7 @@ struct JobProgress {
   double loss_sum = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_dense = 0;
+  uint64_t bytes_received = 0;  // weights pulled back
   int live_workers = 0;
   bool done = false;  // ParameterServerOptions::sample_budget is spent
 };

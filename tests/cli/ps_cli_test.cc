@@ -39,9 +39,10 @@ const std::string kSmallJob =
 
 TEST(PsCliTest, BspTrainsAndEveryWorkerEndsWithTheServersModel) {
   const std::string metrics = temp_path("bsp.jsonl");
-  const auto r = run(std::string(GRADWIRE_CLI) + kSmallJob +
-                         " --servers 2 --workers 2 --compressor hylo --metrics " + metrics,
-                     300);
+  const auto r =
+      run(std::string(GRADWIRE_CLI) + kSmallJob +
+              " --servers 2 --workers 2 --compressor hylo --pull fp16 --metrics " + metrics,
+          300);
   ASSERT_EQ(r.status, 0) << r.output;
   const auto s = summary_of(metrics);
   EXPECT_EQ(s["strategy"], "ps");
@@ -51,6 +52,9 @@ TEST(PsCliTest, BspTrainsAndEveryWorkerEndsWithTheServersModel) {
   EXPECT_GE(s["samples"].get<uint64_t>(), 3000u);
   EXPECT_LT(s["bytes_sent"].get<double>(), 0.2 * s["bytes_dense"].get<double>());  // hylo
   EXPECT_EQ(s["staleness"]["max"], 0);
+  // fp16 pulls: half the bytes of the f32 model per answer, plus one whole f32 model each.
+  EXPECT_LT(s["bytes_received"].get<double>(), 0.6 * s["bytes_dense"].get<double>());
+  EXPECT_GT(s["bytes_received"].get<double>(), 0.4 * s["bytes_dense"].get<double>());
   ASSERT_EQ(s["param_checksums"].size(), 2u);
   EXPECT_EQ(s["param_checksums"][0], s["param_checksums"][1]);
   std::filesystem::remove(metrics);

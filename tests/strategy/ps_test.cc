@@ -251,6 +251,38 @@ TEST(ParameterServer, GivesUpWhenNoWorkerSaysHello) {
   EXPECT_THROW(server.run(), TimeoutError);
 }
 
+TEST(ParameterServer, ServersFollowTheWorkersLearningRateSchedule) {
+  auto net = comm::InprocNetwork::create();
+  JobConfig config = base_config(1, 2);
+  Servers servers(net, 2);
+  Model model, reference;
+  auto strategy = make_worker(*net, servers, config, 0);
+  strategy->start(model.tensors, model.spans(model.params), {});
+  std::vector<std::vector<float>> velocity;
+  for (auto& p : reference.params) velocity.emplace_back(p.size(), 0.0f);
+  for (int step = 0; step < 6; ++step) {
+    const float lr = step < 3 ? 0.1f : 0.02f;  // a step schedule
+    strategy->set_learning_rate(lr);
+    model.compute_gradient(0, step);
+    strategy->synchronize(model.spans(model.grads));
+    reference.compute_gradient(0, step);
+    for (size_t t = 0; t < reference.params.size(); ++t) {
+      for (size_t i = 0; i < reference.params[t].size(); ++i) {
+        velocity[t][i] = 0.9f * velocity[t][i] + reference.grads[t][i];
+        reference.params[t][i] -= lr * velocity[t][i];
+      }
+    }
+  }
+  strategy->finish();
+  servers.join();
+  for (size_t t = 0; t < model.params.size(); ++t) {
+    for (size_t i = 0; i < model.params[t].size(); ++i) {
+      ASSERT_NEAR(model.params[t][i], reference.params[t][i], 1e-6) << t << " " << i;
+    }
+  }
+  EXPECT_THROW(strategy->set_learning_rate(0), ConfigError);
+}
+
 TEST(ParameterServer, SlicesSpreadLargeTensorsEvenlyOverServers) {
   const std::vector<compress::TensorInfo> tensors{
       {"conv.weight", {32, 1, 3, 3}, compress::LayerKind::kConvWeight},

@@ -36,6 +36,7 @@ struct JobProgress {
   double loss_sum = 0;   // their summed training loss
   uint64_t bytes_sent = 0;
   uint64_t bytes_dense = 0;
+  uint64_t bytes_received = 0;  // weights pulled back by all workers
   int live_workers = 0;
   bool done = false;  // the job's sample budget is spent
 };
@@ -77,6 +78,10 @@ class Strategy {
   virtual void after_update(const FloatSpans& params) {}
 
   virtual TrafficStats traffic() const = 0;
+
+  // Strategies that apply the update themselves (applies_update()) follow the optimizer's
+  // learning rate: DistributedOptimizer passes it before every synchronize().
+  virtual void set_learning_rate(double lr) {}
 
   // Parameter-server jobs only (the defaults do nothing): samples and their summed loss
   // of the step about to be synchronized, counted job-wide by the servers;

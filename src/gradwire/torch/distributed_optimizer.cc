@@ -215,6 +215,12 @@ void DistributedOptimizer::synchronize() {
 }
 
 torch::Tensor DistributedOptimizer::step() {
+  if (impl_->strategy->applies_update()) {
+    const auto& groups = impl_->optimizer->param_groups();
+    if (!groups.empty() && groups[0].options().get_lr() > 0) {
+      impl_->strategy->set_learning_rate(groups[0].options().get_lr());
+    }
+  }
   synchronize();
   torch::Tensor result;
   if (!impl_->strategy->applies_update()) result = impl_->optimizer->step();
@@ -241,7 +247,8 @@ void DistributedOptimizer::count_samples(size_t samples, double loss_sum) {
 
 namespace {
 JobProgress public_progress(const strategy::JobProgress& p) {
-  return {p.samples, p.loss_sum, p.bytes_sent, p.bytes_dense, p.live_workers, p.done};
+  return {p.samples,        p.loss_sum,     p.bytes_sent, p.bytes_dense,
+          p.bytes_received, p.live_workers, p.done};
 }
 }  // namespace
 

@@ -179,7 +179,8 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
               {"elapsed_s", seconds_since(job_start)},
               {"samples_per_s", n / seconds_since(epoch_start)},
               {"bytes_sent", progress.bytes_sent},
-              {"bytes_dense", progress.bytes_dense}};
+              {"bytes_dense", progress.bytes_dense},
+              {"bytes_received", progress.bytes_received}};
       nlohmann::json line = last;
       line["event"] = "epoch";
       metrics.write(line);
@@ -222,6 +223,7 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   out["elapsed_s"] = result.elapsed_s;
   out["bytes_sent"] = p.bytes_sent;
   out["bytes_dense"] = p.bytes_dense;
+  out["bytes_received"] = p.bytes_received;
   out["samples"] = p.samples;
   out["workers"] = context.world_size();
   out["live_workers"] = p.live_workers;

@@ -49,6 +49,7 @@ void put_stats(ByteWriter& writer, const WorkerStats& s) {
   writer.put<double>(s.loss_sum);
   writer.put<uint64_t>(s.bytes_sent);
   writer.put<uint64_t>(s.bytes_dense);
+  writer.put<uint64_t>(s.bytes_received);
 }
 
 WorkerStats get_stats(ByteReader& reader) {
@@ -57,6 +58,7 @@ WorkerStats get_stats(ByteReader& reader) {
   s.loss_sum = reader.get<double>("loss sum");
   s.bytes_sent = reader.get<uint64_t>("bytes sent");
   s.bytes_dense = reader.get<uint64_t>("bytes dense");
+  s.bytes_received = reader.get<uint64_t>("bytes received");
   return s;
 }
 
@@ -67,6 +69,7 @@ void put_weights(ByteWriter& writer, const WeightsMessage& m) {
   writer.put<double>(m.progress.loss_sum);
   writer.put<uint64_t>(m.progress.bytes_sent);
   writer.put<uint64_t>(m.progress.bytes_dense);
+  writer.put<uint64_t>(m.progress.bytes_received);
   writer.put<uint32_t>(m.progress.live_workers);
   writer.put<uint8_t>(m.progress.done ? 1 : 0);
   put_slices(writer, m.weights);
@@ -88,6 +91,7 @@ WeightsMessage get_weights(ByteReader& reader) {
   m.progress.loss_sum = reader.get<double>("progress loss");
   m.progress.bytes_sent = reader.get<uint64_t>("progress bytes sent");
   m.progress.bytes_dense = reader.get<uint64_t>("progress bytes dense");
+  m.progress.bytes_received = reader.get<uint64_t>("progress bytes received");
   m.progress.live_workers = reader.get<uint32_t>("live workers");
   m.progress.done = get_flag(reader, "done flag");
   m.weights = get_slices(reader);
@@ -219,6 +223,7 @@ Bytes encode(const MessageHeader& header, const PushMessage& m) {
   ByteWriter writer(out);
   writer.put<uint64_t>(m.clock);
   writer.put<uint64_t>(m.base_version);
+  writer.put<double>(m.lr);
   put_stats(writer, m.stats);
   put_slices(writer, m.gradients);
   return out;
@@ -228,6 +233,7 @@ PushMessage parse_push(ByteReader& reader) {
   PushMessage m;
   m.clock = reader.get<uint64_t>("clock");
   m.base_version = reader.get<uint64_t>("base version");
+  m.lr = reader.get<double>("learning rate");
   m.stats = get_stats(reader);
   m.gradients = get_slices(reader);
   reader.expect_end("push message");

@@ -56,6 +56,7 @@ struct WorkerStats {
   double loss_sum = 0;  // sum over samples of the training loss
   uint64_t bytes_sent = 0;
   uint64_t bytes_dense = 0;
+  uint64_t bytes_received = 0;  // weight payloads pulled back
 };
 
 // Job-wide progress as server 0 counts it (other servers send zeros).
@@ -64,6 +65,7 @@ struct Progress {
   double loss_sum = 0;
   uint64_t bytes_sent = 0;
   uint64_t bytes_dense = 0;
+  uint64_t bytes_received = 0;
   uint32_t live_workers = 0;
   bool done = false;  // the job's sample budget is spent: stop after this step
 };
@@ -93,6 +95,7 @@ struct HelloMessage {
 struct PushMessage {
   uint64_t clock = 0;         // pushes this worker made before this one
   uint64_t base_version = 0;  // the server version the gradient was computed on
+  double lr = 0;              // the worker's learning rate now (its LR schedule)
   WorkerStats stats;
   std::vector<SlicePayload> gradients;
 };

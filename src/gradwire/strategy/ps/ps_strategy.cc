@@ -1,6 +1,7 @@
 #include "gradwire/strategy/ps/ps_strategy.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 
@@ -50,6 +51,7 @@ void ParameterServerStrategy::start(std::span<const compress::TensorInfo> tensor
     whole_codecs_.push_back(compress::create_codec("none", slices_[i].info));
   }
   versions_.assign(options_.config.num_servers, 0);
+  lr_ = options_.config.lr;
 
   const std::string config = options_.config.to_text();
   MessageHeader header;
@@ -79,6 +81,13 @@ void ParameterServerStrategy::start(std::span<const compress::TensorInfo> tensor
   started_ = true;
 }
 
+void ParameterServerStrategy::set_learning_rate(double lr) {
+  if (!(lr > 0) || !std::isfinite(lr)) {
+    throw ConfigError("learning rate " + std::to_string(lr) + " is not positive and finite");
+  }
+  lr_ = lr;
+}
+
 void ParameterServerStrategy::count_samples(size_t samples, double loss_sum) {
   stats_.samples += samples;
   stats_.loss_sum += loss_sum;
@@ -95,6 +104,7 @@ void ParameterServerStrategy::synchronize(const FloatSpans& grads) {
     PushMessage push;
     push.clock = clock_;
     push.base_version = versions_[s];
+    push.lr = lr_;
     for (size_t i : server_slices_[s]) {
       const auto& slice = slices_[i];
       SlicePayload p;
@@ -178,11 +188,13 @@ void ParameterServerStrategy::apply_weights(const Reply& reply) {
     p.loss_sum = m.progress.loss_sum;
     p.bytes_sent = m.progress.bytes_sent;
     p.bytes_dense = m.progress.bytes_dense;
+    p.bytes_received = m.progress.bytes_received;
     p.live_workers = static_cast<int>(m.progress.live_workers);
     p.done = m.progress.done;
     progress_ = p;
   }
   versions_[reply.server] = m.version;
+  for (const auto& w : m.weights) stats_.bytes_received += w.payload.size();
   if (m.weights.empty()) return;  // a goodbye acknowledged
   if (m.weights.size() != mine.size()) {
     throw PayloadError("server " + std::to_string(reply.server) + " sent " +

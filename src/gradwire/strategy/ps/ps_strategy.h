@@ -42,6 +42,7 @@ class ParameterServerStrategy : public Strategy {
   bool applies_update() const override { return true; }
   TrafficStats traffic() const override { return traffic_; }
   void count_samples(size_t samples, double loss_sum) override;
+  void set_learning_rate(double lr) override;
   std::optional<JobProgress> job_progress() const override { return progress_; }
   std::optional<JobSummary> finish() override;
 
@@ -65,6 +66,7 @@ class ParameterServerStrategy : public Strategy {
   FloatSpans params_;
   std::vector<uint64_t> versions_;  // per server: version of the weights held
   uint64_t clock_ = 0;
+  double lr_ = 0;  // sent with every push; starts at the job's configured lr
   WorkerStats stats_;
   std::optional<JobProgress> progress_;
   TrafficStats traffic_;

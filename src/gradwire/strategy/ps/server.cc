@@ -1,6 +1,7 @@
 #include "gradwire/strategy/ps/server.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <optional>
 #include <sstream>
@@ -206,11 +207,13 @@ struct ParameterServer::Impl {
     p.loss_sum = resumed.loss_sum;
     p.bytes_sent = resumed.bytes_sent;
     p.bytes_dense = resumed.bytes_dense;
+    p.bytes_received = resumed.bytes_received;
     for (const auto& w : workers) {
       p.samples += w.stats.samples;
       p.loss_sum += w.stats.loss_sum;
       p.bytes_sent += w.stats.bytes_sent;
       p.bytes_dense += w.stats.bytes_dense;
+      p.bytes_received += w.stats.bytes_received;
       p.live_workers += w.live() ? 1 : 0;
     }
     p.done = config.sample_budget > 0 && p.samples >= config.sample_budget;
@@ -385,6 +388,9 @@ struct ParameterServer::Impl {
       throw PayloadError("push for clock " + std::to_string(push.clock) + " while at clock " +
                          std::to_string(w.clock));
     }
+    if (!(push.lr > 0) || !std::isfinite(push.lr)) {
+      throw PayloadError("push with learning rate " + std::to_string(push.lr));
+    }
     if (push.base_version > version) {
       throw PayloadError("push computed on version " + std::to_string(push.base_version) +
                          ", newer than the server's " + std::to_string(version));
@@ -407,6 +413,7 @@ struct ParameterServer::Impl {
     staleness.add(tau);
     w.stats = push.stats;
     ++counters.pushes;
+    updater->set_lr(push.lr);  // BSP: every push of a clock carries the same schedule
     if (config.consistency.mode == Consistency::Mode::kBsp) {
       for (size_t i = 0; i < slices.size(); ++i) {
         auto& sum = slices[i].sum;
@@ -587,6 +594,7 @@ struct ParameterServer::Impl {
     writer.put<double>(p.loss_sum);
     writer.put<uint64_t>(p.bytes_sent);
     writer.put<uint64_t>(p.bytes_dense);
+    writer.put<uint64_t>(p.bytes_received);
     writer.put<uint32_t>(static_cast<uint32_t>(slices.size()));
     for (const auto& s : slices) {
       writer.put_string(s.description.info.name);
@@ -625,6 +633,7 @@ struct ParameterServer::Impl {
     r.loss_sum = reader.get<double>("loss sum");
     r.bytes_sent = reader.get<uint64_t>("bytes sent");
     r.bytes_dense = reader.get<uint64_t>("bytes dense");
+    r.bytes_received = reader.get<uint64_t>("bytes received");
     const uint32_t n = reader.get<uint32_t>("slice count");
     if (n != slices.size()) {
       throw MismatchError(checkpoint_path() + " holds " + std::to_string(n) +

@@ -316,6 +316,13 @@ void Updater::apply(int worker, uint64_t staleness, std::span<const SliceUpdate>
   tau_bar_ = options_.tau_bar_decay * tau_bar_ + (1.0 - options_.tau_bar_decay) * tau;
 }
 
+void Updater::set_lr(double lr) {
+  if (!(lr > 0) || !std::isfinite(lr)) {
+    throw ConfigError("learning rate " + std::to_string(lr) + " is not positive and finite");
+  }
+  options_.lr = lr;
+}
+
 size_t Updater::state_bytes() const {
   return (velocity_.size() + mean_square_.size()) * sizeof(float);
 }

@@ -112,6 +112,9 @@ class Updater {
   // ddc-asgd's staleness EMA; starts at num_workers - 1 and only ddc-asgd moves it.
   double tau_bar() const { return tau_bar_; }
   const UpdaterOptions& options() const { return options_; }
+  // The learning rate of the following pushes (a worker's LR schedule); ConfigError unless
+  // positive and finite.
+  void set_lr(double lr);
   const std::vector<size_t>& slice_sizes() const { return slice_sizes_; }
   int num_workers() const { return num_workers_; }
 
