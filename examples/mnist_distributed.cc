@@ -1,6 +1,7 @@
 // The distributed twin of mnist_single.cc: the lines marked "gradwire" are the whole change.
 //
 // Usage: gradwire run -n 4 -- mnist_distributed [EPOCHS] [TRAIN_SAMPLES]
+//        gradwire run -n 4 --servers 1 -- mnist_distributed [EPOCHS] [TRAIN_SAMPLES] ps
 #include <torch/torch.h>
 
 #include <cstdio>
@@ -28,6 +29,7 @@ struct FashionMnist : torch::data::datasets::Dataset<FashionMnist> {
 int main(int argc, char** argv) {
   const int epochs = argc > 1 ? std::stoi(argv[1]) : 1;
   const size_t limit = argc > 2 ? std::stoul(argv[2]) : 0;
+  const std::string strategy = argc > 3 ? argv[3] : "allreduce";  // or "ps" (parameter servers)
   const std::string dir = gradwire::train::kFashionMnistDir;
   auto train = FashionMnist(gradwire::train::load_fashion_mnist(dir, true, limit));
   auto test = gradwire::train::load_fashion_mnist(dir, false, 2000);
@@ -38,7 +40,7 @@ int main(int argc, char** argv) {
   auto dist = gradwire::init();              // gradwire
   gradwire::DistributedOptimizer optimizer(  // gradwire
       dist, torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9)),
-      *model);
+      *model, {.strategy = strategy});
   gradwire::DistributedSampler sampler(train_size, dist->rank(), dist->world_size());  // gradwire
   auto loader = torch::data::make_data_loader(train.map(torch::data::transforms::Stack<>()),
                                               std::move(sampler), 64);

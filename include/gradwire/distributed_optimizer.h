@@ -118,7 +118,8 @@ class DistributedOptimizer {
   void count_samples(size_t samples, double loss_sum);
   std::optional<JobProgress> job_progress() const;
   // Tells the servers this worker is done. Worker 0 waits for every worker, then holds the
-  // servers' final model and gets the job's summary; other workers return at once.
+  // servers' final model and gets the job's summary; other workers return at once. A
+  // DistributedOptimizer destroyed without finish() says goodbye without waiting.
   std::optional<JobSummary> finish();
 
  private:

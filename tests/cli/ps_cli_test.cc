@@ -138,6 +138,15 @@ TEST(PsCliTest, ARestartedJobResumesFromTheServersCheckpoint) {
   std::filesystem::remove(metrics);
 }
 
+// The libtorch example with one changed argument: servers from `gradwire run --servers`.
+TEST(PsCliTest, TheExampleProgramTrainsOnParameterServers) {
+  const auto r = run(std::string(GRADWIRE_CLI) + " run -n 2 --servers 1 -- " +
+                         GRADWIRE_EXAMPLE_DISTRIBUTED + " 1 2000 ps",
+                     300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("[0] epoch 1 test accuracy"), std::string::npos) << r.output;
+}
+
 TEST(PsCliTest, BadOptionsAreClearErrors) {
   auto r = run(std::string(GRADWIRE_CLI) + kSmallJob + " --workers 2 --consistency sync", 60);
   EXPECT_NE(r.status, 0);

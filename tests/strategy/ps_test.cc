@@ -118,11 +118,29 @@ class Servers {
   std::string log_;
 };
 
-std::unique_ptr<ParameterServerStrategy> make_worker(comm::InprocNetwork& net,
-                                                     const Servers& servers,
-                                                     const JobConfig& config, int worker,
-                                                     const std::string& codec = "none",
-                                                     uint64_t token = kToken) {
+// A worker's endpoint that can be cut: afterwards everything it sends is lost, as when its
+// process dies (a destroyed strategy would otherwise say goodbye).
+class CuttableTransport : public comm::Transport {
+ public:
+  CuttableTransport(std::unique_ptr<comm::Transport> inner, std::shared_ptr<std::atomic<bool>> cut)
+      : inner_(std::move(inner)), cut_(std::move(cut)) {}
+  const std::string& name() const override { return inner_->name(); }
+  bool send(const std::string& peer, std::span<const uint8_t> bytes) override {
+    return *cut_ || inner_->send(peer, bytes);
+  }
+  std::optional<comm::Received> receive(std::chrono::milliseconds timeout) override {
+    return inner_->receive(timeout);
+  }
+
+ private:
+  std::unique_ptr<comm::Transport> inner_;
+  std::shared_ptr<std::atomic<bool>> cut_;
+};
+
+std::unique_ptr<ParameterServerStrategy> make_worker(
+    comm::InprocNetwork& net, const Servers& servers, const JobConfig& config, int worker,
+    const std::string& codec = "none", uint64_t token = kToken,
+    std::shared_ptr<std::atomic<bool>> cut = std::make_shared<std::atomic<bool>>(false)) {
   WorkerOptions o;
   o.config = config;
   o.codec = codec;
@@ -130,8 +148,8 @@ std::unique_ptr<ParameterServerStrategy> make_worker(comm::InprocNetwork& net,
   o.token = token;
   o.servers = servers.names();
   o.timeout = 20s;
-  return std::make_unique<ParameterServerStrategy>(net.endpoint("worker" + std::to_string(worker)),
-                                                   o);
+  return std::make_unique<ParameterServerStrategy>(
+      std::make_unique<CuttableTransport>(net.endpoint("worker" + std::to_string(worker)), cut), o);
 }
 
 struct WorkerResult {
@@ -141,16 +159,20 @@ struct WorkerResult {
 };
 
 // Runs `steps` steps on worker `w` (sleeping `delay` after each gradient) and finishes,
-// unless it is told to vanish after `vanish_after` steps (no goodbye, transport closed).
+// unless it is told to vanish after `vanish_after` steps (its transport cut: no goodbye).
 void run_worker(comm::InprocNetwork& net, const Servers& servers, const JobConfig& config, int w,
                 int steps, WorkerResult& out, std::chrono::milliseconds delay = 0ms,
                 int vanish_after = -1, std::function<void(int, int, bool)> on_step = nullptr,
                 const std::string& codec = "none") {
   try {
-    auto strategy = make_worker(net, servers, config, w, codec);
+    auto cut = std::make_shared<std::atomic<bool>>(false);
+    auto strategy = make_worker(net, servers, config, w, codec, kToken, cut);
     strategy->start(out.model.tensors, out.model.spans(out.model.params), {});
     for (int step = 0; step < steps; ++step) {
-      if (step == vanish_after) return;
+      if (step == vanish_after) {
+        *cut = true;
+        return;
+      }
       if (on_step) on_step(w, step, /*pushing=*/false);
       out.model.compute_gradient(w, step);
       if (delay > 0ms) std::this_thread::sleep_for(delay);
@@ -281,6 +303,29 @@ TEST(ParameterServer, ServersFollowTheWorkersLearningRateSchedule) {
     }
   }
   EXPECT_THROW(strategy->set_learning_rate(0), ConfigError);
+}
+
+TEST(ParameterServer, AWorkerDestroyedWithoutFinishSaysGoodbye) {
+  auto net = comm::InprocNetwork::create();
+  JobConfig config = base_config(2, 1);
+  config.worker_timeout_s = 60;  // a worker left for lost would hold the test for a minute
+  Servers servers(net, 1);
+  WorkerResult chief;
+  std::thread a([&] { run_worker(*net, servers, config, 0, 3, chief); });
+  {
+    Model m;
+    auto strategy = make_worker(*net, servers, config, 1);
+    strategy->start(m.tensors, m.spans(m.params), {});
+    for (int step = 0; step < 3; ++step) {
+      m.compute_gradient(1, step);
+      strategy->synchronize(m.spans(m.grads));
+    }
+  }  // no finish()
+  a.join();
+  servers.join();
+  EXPECT_EQ(chief.error, "");
+  EXPECT_EQ(servers.counters()[0].lost_workers, 0);
+  EXPECT_NE(chief.summary->checksums[1], "");
 }
 
 TEST(ParameterServer, SlicesSpreadLargeTensorsEvenlyOverServers) {

@@ -19,6 +19,7 @@ constexpr int kSystemExitCode = 1;
 
 struct RunArguments {
   int num_processes = 1;
+  int servers = 0;  // parameter servers started besides the N workers
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
   double grace_seconds = 5.0;
@@ -37,8 +38,13 @@ launch::LaunchOptions to_launch_options(const RunArguments& args) {
     throw ConfigError("--grace-seconds must not be negative, got " +
                       std::to_string(args.grace_seconds));
   }
+  if (args.servers < 0) throw ConfigError("--servers must not be negative");
   launch::LaunchOptions options;
-  options.num_processes = args.num_processes;
+  options.num_processes = args.num_processes + args.servers;
+  if (args.servers > 0) {
+    // Ranks [N, N + S) are the servers (comm/rendezvous.h); they wait on the network.
+    options.extra_env["GRADWIRE_NUM_SERVERS"] = std::to_string(args.servers);
+  }
   options.command = args.command;
   options.master_addr = args.master_addr;
   options.master_port = args.master_port;
@@ -79,6 +85,11 @@ void add_run_command(CLI::App& app, int& exit_code) {
       "Start N local copies of a program with torchrun's environment (RANK, WORLD_SIZE, "
       "LOCAL_RANK, MASTER_ADDR, MASTER_PORT, ...); each output line is prefixed with its rank");
   run_app->add_option("-n,--nproc-per-node", args->num_processes, "number of processes to start")
+      ->capture_default_str();
+  run_app
+      ->add_option("--servers", args->servers,
+                   "also start S parameter servers (ranks N..N+S-1, GRADWIRE_NUM_SERVERS=S) for "
+                   "programs using strategy \"ps\"")
       ->capture_default_str();
   run_app->add_option("--master-addr", args->master_addr, "address of rank 0 (MASTER_ADDR)")
       ->capture_default_str();

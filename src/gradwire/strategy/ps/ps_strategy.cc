@@ -34,7 +34,27 @@ ParameterServerStrategy::ParameterServerStrategy(std::unique_ptr<comm::Transport
   }
 }
 
-ParameterServerStrategy::~ParameterServerStrategy() = default;
+ParameterServerStrategy::~ParameterServerStrategy() {
+  // A program that never called finish() (most do not): say goodbye anyway, without
+  // waiting, so the servers neither wait for this worker nor call it lost.
+  if (!started_ || finished_) return;
+  try {
+    send_goodbye();
+  } catch (const std::exception&) {
+    // Nothing to do about it in a destructor; the servers will time this worker out.
+  }
+}
+
+void ParameterServerStrategy::send_goodbye() {
+  finished_ = true;
+  MessageHeader header;
+  header.token = options_.token;
+  header.sender = static_cast<uint32_t>(options_.worker);
+  ByeMessage bye;
+  bye.stats = stats_;
+  bye.checksum = checksum();
+  for (const auto& server : options_.servers) transport_->send(server, encode(header, bye));
+}
 
 void ParameterServerStrategy::start(std::span<const compress::TensorInfo> tensors,
                                     const FloatSpans& params, const FloatSpans& buffers) {
@@ -231,14 +251,7 @@ std::string ParameterServerStrategy::checksum() const {
 
 std::optional<JobSummary> ParameterServerStrategy::finish() {
   if (!started_ || finished_) throw ConfigError("finish before start() or twice");
-  finished_ = true;
-  MessageHeader header;
-  header.token = options_.token;
-  header.sender = static_cast<uint32_t>(options_.worker);
-  ByeMessage bye;
-  bye.stats = stats_;
-  bye.checksum = checksum();
-  for (const auto& server : options_.servers) transport_->send(server, encode(header, bye));
+  send_goodbye();
   const auto replies = await_replies(options_.worker == 0 ? "the end of the job" : "goodbye");
   JobSummary summary;
   StalenessHistogram staleness;

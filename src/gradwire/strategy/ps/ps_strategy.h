@@ -7,6 +7,7 @@
 //                for every server's weights and writes them into the parameters. The
 //                servers apply the update, so the wrapped optimizer does not step.
 // finish():      says goodbye; worker 0 receives the final model and the job summary.
+//                Destroying a started strategy without finish() says goodbye too.
 #pragma once
 
 #include <chrono>
@@ -55,6 +56,7 @@ class ParameterServerStrategy : public Strategy {
   std::vector<Reply> await_replies(const char* what);
   void apply_weights(const Reply& reply);
   std::string checksum() const;
+  void send_goodbye();
 
   std::unique_ptr<comm::Transport> transport_;
   WorkerOptions options_;
