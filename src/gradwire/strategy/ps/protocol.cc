@@ -44,24 +44,6 @@ std::vector<SlicePayload> get_slices(ByteReader& reader) {
   return slices;
 }
 
-void put_stats(ByteWriter& writer, const WorkerStats& s) {
-  writer.put<uint64_t>(s.samples);
-  writer.put<double>(s.loss_sum);
-  writer.put<uint64_t>(s.bytes_sent);
-  writer.put<uint64_t>(s.bytes_dense);
-  writer.put<uint64_t>(s.bytes_received);
-}
-
-WorkerStats get_stats(ByteReader& reader) {
-  WorkerStats s;
-  s.samples = reader.get<uint64_t>("samples");
-  s.loss_sum = reader.get<double>("loss sum");
-  s.bytes_sent = reader.get<uint64_t>("bytes sent");
-  s.bytes_dense = reader.get<uint64_t>("bytes dense");
-  s.bytes_received = reader.get<uint64_t>("bytes received");
-  return s;
-}
-
 void put_weights(ByteWriter& writer, const WeightsMessage& m) {
   writer.put<uint64_t>(m.version);
   writer.put<uint8_t>(m.delta ? 1 : 0);
@@ -108,6 +90,24 @@ Bytes start(const MessageHeader& header, MessageType type) {
 }
 
 }  // namespace
+
+void put_stats(ByteWriter& writer, const WorkerStats& s) {
+  writer.put<uint64_t>(s.samples);
+  writer.put<double>(s.loss_sum);
+  writer.put<uint64_t>(s.bytes_sent);
+  writer.put<uint64_t>(s.bytes_dense);
+  writer.put<uint64_t>(s.bytes_received);
+}
+
+WorkerStats get_stats(ByteReader& reader) {
+  WorkerStats s;
+  s.samples = reader.get<uint64_t>("samples");
+  s.loss_sum = reader.get<double>("loss sum");
+  s.bytes_sent = reader.get<uint64_t>("bytes sent");
+  s.bytes_dense = reader.get<uint64_t>("bytes dense");
+  s.bytes_received = reader.get<uint64_t>("bytes received");
+  return s;
+}
 
 const char* message_type_name(MessageType type) {
   switch (type) {

@@ -120,6 +120,10 @@ struct FinalMessage {
   std::vector<std::string> checksums;  // per worker; empty for a worker that was lost
 };
 
+// WorkerStats as every message (and a server's checkpoint) spells them.
+void put_stats(ByteWriter& writer, const WorkerStats& stats);
+WorkerStats get_stats(ByteReader& reader);
+
 Bytes encode(const MessageHeader& header, const HelloMessage& message);
 Bytes encode(const MessageHeader& header, const PushMessage& message);
 Bytes encode(const MessageHeader& header, const ByeMessage& message);

@@ -590,11 +590,7 @@ struct ParameterServer::Impl {
     writer.put<uint32_t>(kCheckpointLayout);
     writer.put<uint64_t>(version);
     const Progress p = progress();
-    writer.put<uint64_t>(p.samples);
-    writer.put<double>(p.loss_sum);
-    writer.put<uint64_t>(p.bytes_sent);
-    writer.put<uint64_t>(p.bytes_dense);
-    writer.put<uint64_t>(p.bytes_received);
+    put_stats(writer, {p.samples, p.loss_sum, p.bytes_sent, p.bytes_dense, p.bytes_received});
     writer.put<uint32_t>(static_cast<uint32_t>(slices.size()));
     for (const auto& s : slices) {
       writer.put_string(s.description.info.name);
@@ -628,12 +624,7 @@ struct ParameterServer::Impl {
       throw PayloadError(checkpoint_path() + ": unknown checkpoint layout");
     }
     const uint64_t v = reader.get<uint64_t>("version");
-    WorkerStats r;
-    r.samples = reader.get<uint64_t>("samples");
-    r.loss_sum = reader.get<double>("loss sum");
-    r.bytes_sent = reader.get<uint64_t>("bytes sent");
-    r.bytes_dense = reader.get<uint64_t>("bytes dense");
-    r.bytes_received = reader.get<uint64_t>("bytes received");
+    const WorkerStats r = get_stats(reader);
     const uint32_t n = reader.get<uint32_t>("slice count");
     if (n != slices.size()) {
       throw MismatchError(checkpoint_path() + " holds " + std::to_string(n) +
