@@ -50,20 +50,38 @@ size_t wire_type_size(WireType type) {
   throw Error("unknown wire type " + std::to_string(static_cast<int>(type)));
 }
 
-const char* layer_kind_name(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kConvWeight:
-      return "conv_weight";
-    case LayerKind::kFcWeight:
-      return "fc_weight";
-    case LayerKind::kBias:
-      return "bias";
-    case LayerKind::kNorm:
-      return "norm";
-    case LayerKind::kOther:
-      return "other";
+namespace {
+
+struct LayerKindNames {
+  LayerKind kind;
+  const char* name;
+  const char* key;
+};
+constexpr LayerKindNames kLayerKindNames[] = {
+    {LayerKind::kConvWeight, "conv_weight", "conv"},
+    {LayerKind::kFcWeight, "fc_weight", "fc"},
+    {LayerKind::kBias, "bias", "bias"},
+    {LayerKind::kNorm, "norm", "norm"},
+    {LayerKind::kOther, "other", "other"},
+};
+
+const LayerKindNames* names_of(LayerKind kind) {
+  for (const auto& entry : kLayerKindNames) {
+    if (entry.kind == kind) return &entry;
   }
-  return "unknown";
+  return nullptr;
+}
+
+}  // namespace
+
+const char* layer_kind_name(LayerKind kind) {
+  const auto* entry = names_of(kind);
+  return entry ? entry->name : "unknown";
+}
+
+const char* layer_kind_key(LayerKind kind) {
+  const auto* entry = names_of(kind);
+  return entry ? entry->key : "other";
 }
 
 const char* codec_id_name(CodecId id) {

@@ -51,7 +51,9 @@ size_t wire_type_size(WireType type);
 
 // What kind of parameter a tensor is; layer-aware codecs and policies decide by it.
 enum class LayerKind : uint8_t { kConvWeight, kFcWeight, kBias, kNorm, kOther };
-const char* layer_kind_name(LayerKind kind);
+const char* layer_kind_name(LayerKind kind);  // "conv_weight", "fc_weight", "bias", ...
+const char* layer_kind_key(
+    LayerKind kind);  // as --compressor KIND=SPEC spells it: "conv", "fc", ...
 
 struct TensorInfo {
   std::string name;            // e.g. "conv1.weight"

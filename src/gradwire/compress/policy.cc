@@ -13,22 +13,6 @@ namespace {
 constexpr LayerKind kKinds[] = {LayerKind::kConvWeight, LayerKind::kFcWeight, LayerKind::kBias,
                                 LayerKind::kNorm, LayerKind::kOther};
 
-const char* kind_key(LayerKind kind) {
-  switch (kind) {
-    case LayerKind::kConvWeight:
-      return "conv";
-    case LayerKind::kFcWeight:
-      return "fc";
-    case LayerKind::kBias:
-      return "bias";
-    case LayerKind::kNorm:
-      return "norm";
-    case LayerKind::kOther:
-      return "other";
-  }
-  return "other";
-}
-
 bool is_per_kind(const std::string& text) {
   static const std::regex pattern("^\\s*(conv|fc|bias|norm|other)\\s*=");
   return std::regex_search(text, pattern);
@@ -77,7 +61,7 @@ CodecPolicy CodecPolicy::parse(const std::string& text) {
     auto items = split_per_kind(text);
     const std::string other = items.count("other") ? items.at("other") : "none";
     for (LayerKind kind : kKinds) {
-      auto it = items.find(kind_key(kind));
+      auto it = items.find(layer_kind_key(kind));
       policy.by_kind_[kind] = canonical_spec(it != items.end() ? it->second : other);
       if (it != items.end()) items.erase(it);
     }
@@ -140,7 +124,8 @@ std::string CodecPolicy::canonical() const {
     case Mode::kPerKind: {
       std::string out;
       for (LayerKind kind : kKinds) {
-        out += (out.empty() ? "" : ",") + std::string(kind_key(kind)) + "=" + by_kind_.at(kind);
+        out +=
+            (out.empty() ? "" : ",") + std::string(layer_kind_key(kind)) + "=" + by_kind_.at(kind);
       }
       return out;
     }

@@ -44,6 +44,37 @@ constexpr size_t kSumBlock = 4096;  // elements summed in float before adding in
   }
 }
 
+// `#pragma GCC unroll 1` keeps the reductions' 16-lane inner loops rolled (see
+// sum_abs_kernel below).
+// sum a_i^2 and max |a_i| with kVectorBlock partials each.
+[[gnu::noinline]] SquareSum sum_squares_kernel(const float* __restrict a, size_t n) {
+  float partial[kVectorBlock] = {};
+  float peak[kVectorBlock] = {};
+  size_t i = 0;
+  for (; i + kVectorBlock <= n; i += kVectorBlock) {
+#pragma GCC unroll 1
+    for (size_t j = 0; j < kVectorBlock; ++j) {
+      const float x = a[i + j];
+      const float m = std::fabs(x);
+      partial[j] += x * x;
+      peak[j] = m > peak[j] ? m : peak[j];
+    }
+  }
+  float sum = 0.0f;
+  float max_abs = 0.0f;
+  for (; i < n; ++i) {
+    sum += a[i] * a[i];
+    max_abs = std::fabs(a[i]) > max_abs ? std::fabs(a[i]) : max_abs;
+  }
+  for (size_t j = 0; j < kVectorBlock; ++j) {
+    sum += partial[j];
+    max_abs = peak[j] > max_abs ? peak[j] : max_abs;
+  }
+  return {sum, max_abs};
+}
+
+}  // namespace
+
 // `#pragma GCC unroll 1` keeps the reductions' 16-lane inner loops rolled: GCC 12 -O3
 // (the Release build) otherwise unrolls them completely and then vectorizes across blocks
 // with shuffles, twice as slow; rolled, they vectorize alike at -O2 and -O3.
@@ -81,35 +112,6 @@ constexpr size_t kSumBlock = 4096;  // elements summed in float before adding in
   for (const float p : partial) sum += p;
   return sum;
 }
-
-// sum a_i^2 and max |a_i| with kVectorBlock partials each.
-[[gnu::noinline]] SquareSum sum_squares_kernel(const float* __restrict a, size_t n) {
-  float partial[kVectorBlock] = {};
-  float peak[kVectorBlock] = {};
-  size_t i = 0;
-  for (; i + kVectorBlock <= n; i += kVectorBlock) {
-#pragma GCC unroll 1
-    for (size_t j = 0; j < kVectorBlock; ++j) {
-      const float x = a[i + j];
-      const float m = std::fabs(x);
-      partial[j] += x * x;
-      peak[j] = m > peak[j] ? m : peak[j];
-    }
-  }
-  float sum = 0.0f;
-  float max_abs = 0.0f;
-  for (; i < n; ++i) {
-    sum += a[i] * a[i];
-    max_abs = std::fabs(a[i]) > max_abs ? std::fabs(a[i]) : max_abs;
-  }
-  for (size_t j = 0; j < kVectorBlock; ++j) {
-    sum += partial[j];
-    max_abs = peak[j] > max_abs ? peak[j] : max_abs;
-  }
-  return {sum, max_abs};
-}
-
-}  // namespace
 
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9e3779b97f4a7c15ull);

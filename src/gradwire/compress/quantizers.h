@@ -66,6 +66,12 @@ uint64_t stream_key(uint64_t seed, const std::string& tensor_name);
 // Seed for one encode call: the instance key, the call number and a word of the input.
 uint64_t call_seed(uint64_t key, uint64_t call, uint64_t input_word);
 
+// The float kernels under sum_abs and add_sum_abs: kVectorBlock partial sums over all n
+// (2bit's threshold uses them directly). add_sum_abs_kernel does r += g, then returns
+// exactly what sum_abs_kernel(r, n) would, in one pass.
+float sum_abs_kernel(const float* a, size_t n);
+float add_sum_abs_kernel(const float* g, float* r, size_t n);
+
 // sum_i |a_i|, summed in float blocks of kVectorBlock partial sums, blocks added in double
 // (accurate to ~1e-6 relative on 25M elements). Inf or NaN when some a_i is.
 double sum_abs(const float* a, size_t n);

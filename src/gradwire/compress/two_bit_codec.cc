@@ -25,6 +25,7 @@
 
 #include "gradwire/compress/codecs.h"
 #include "gradwire/compress/error_feedback.h"
+#include "gradwire/compress/quantizers.h"
 #include "gradwire/compress/ternary_codes.h"
 #include "gradwire/core/half.h"
 
@@ -129,46 +130,6 @@ void encode_tail(const float* a, uint8_t* out, size_t m, float t) {
   for (size_t i = done; i < n; ++i) r[i] += g[i];
   encode_tail(r + done, out + kGroupBytes * groups, n - done, t);
   for (size_t i = done; i < n; ++i) r[i] -= decoded_of(r[i], t, t);
-}
-
-// `#pragma GCC unroll 1` keeps the reductions' 16-lane inner loops rolled: GCC 12 -O3
-// (the Release build) otherwise unrolls them completely and then vectorizes across blocks
-// with shuffles, twice as slow; rolled, they vectorize alike at -O2 and -O3.
-// sum |a_i| with kVectorBlock partial sums, so the loop vectorizes.
-[[gnu::noinline]] float sum_abs_kernel(const float* __restrict a, size_t n) {
-  float partial[kVectorBlock] = {};
-  size_t i = 0;
-  for (; i + kVectorBlock <= n; i += kVectorBlock) {
-#pragma GCC unroll 1
-    for (size_t j = 0; j < kVectorBlock; ++j) partial[j] += std::fabs(a[i + j]);
-  }
-  float sum = 0.0f;
-  for (; i < n; ++i) sum += std::fabs(a[i]);
-  for (float p : partial) sum += p;
-  return sum;
-}
-
-// r += g and sum |r_i| (after the add) in one pass: the same float operations in the same
-// order as the error-feedback add followed by sum_abs_kernel, so the same results.
-[[gnu::noinline]] float add_sum_abs_kernel(const float* __restrict g, float* __restrict r,
-                                           size_t n) {
-  float partial[kVectorBlock] = {};
-  size_t i = 0;
-  for (; i + kVectorBlock <= n; i += kVectorBlock) {
-#pragma GCC unroll 1
-    for (size_t j = 0; j < kVectorBlock; ++j) {
-      const float a = r[i + j] + g[i + j];
-      r[i + j] = a;
-      partial[j] += std::fabs(a);
-    }
-  }
-  float sum = 0.0f;
-  for (; i < n; ++i) {
-    r[i] += g[i];
-    sum += std::fabs(r[i]);
-  }
-  for (float p : partial) sum += p;
-  return sum;
 }
 
 // Adds element 16q + j of a group to lane j's selected sum and count; returns its code.
