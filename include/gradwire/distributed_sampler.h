@@ -1,9 +1,11 @@
 // DistributedSampler: each rank draws its own shard of a dataset, reshuffled every epoch.
 //
 // Like PyTorch's DistributedSampler (drop_last=false): indices are permuted with a seed
-// shared by all ranks (seed + epoch), padded by wrapping around to a multiple of the world
-// size, and rank r takes positions r, r + W, r + 2W, ... So shards are disjoint (up to the
-// padding), equally long, and together cover the dataset every epoch.
+// shared by all ranks (seed + epoch; Fisher-Yates over SplitMix64 draws, spelled out in
+// distributed_sampler.cc so that other programs can draw the same shards), padded by wrapping
+// around to a multiple of the world size, and rank r takes positions r, r + W, r + 2W, ... So
+// shards are disjoint (up to the padding), equally long, and together cover the dataset every
+// epoch.
 //
 // With a libtorch DataLoader (which owns the sampler and calls reset() at the start of
 // every pass) each pass after the first moves to the next epoch's permutation; set_epoch(e)

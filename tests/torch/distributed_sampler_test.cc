@@ -29,6 +29,15 @@ TEST(DistributedSamplerTest, ReshufflesPerEpochAndAgreesAcrossInstances) {
   EXPECT_EQ(a.indices(), b.indices());
 }
 
+// The permutation is part of the contract: bench/peers/ddp_peer.py draws the same shards
+// (Fisher-Yates over SplitMix64 from seed * 0x9E3779B97F4A7C15 + epoch).
+TEST(DistributedSamplerTest, PermutationIsTheDocumentedOne) {
+  DistributedSampler sampler(10, 1, 3, /*seed=*/7);
+  sampler.set_epoch(3);
+  // permutation 4 9 1 8 6 3 7 2 5 0; rank 1 of 3 takes positions 1, 4, 7, 10 mod 10
+  EXPECT_EQ(sampler.indices(), (std::vector<size_t>{9, 6, 2, 4}));
+}
+
 TEST(DistributedSamplerTest, DataLoaderResetsMoveToTheNextEpoch) {
   DistributedSampler sampler(50, 0, 2, 1);
   DistributedSampler reference(50, 0, 2, 1);

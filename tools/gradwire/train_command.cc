@@ -77,6 +77,8 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
                                std::to_string(o.train_limit),
                                "--test-limit",
                                std::to_string(o.test_limit),
+                               "--eval-every",
+                               std::to_string(o.eval_every),
                                "--threads",
                                std::to_string(a.threads),
                                "--progress",
@@ -146,7 +148,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
   auto& o = args->options;
   cmd->add_option("--workers,-n", args->workers, "Number of worker processes")
       ->capture_default_str();
-  cmd->add_option("--model", o.model, "cnn or mlp")->capture_default_str();
+  cmd->add_option("--model", o.model, "cnn, cnn-wide or mlp")->capture_default_str();
   cmd->add_option("--strategy", o.strategy, "Exchange strategy: allreduce or ps")
       ->capture_default_str()
       ->check(CLI::IsMember({"allreduce", "ps"}));
@@ -193,6 +195,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
       ->default_str(train::kFashionMnistDir);
   cmd->add_option("--train-limit", o.train_limit, "Use only the first N training samples (0: all)");
   cmd->add_option("--test-limit", o.test_limit, "Use only the first N test samples (0: all)");
+  cmd->add_option("--eval-every", o.eval_every,
+                  "Also evaluate every N steps (time to accuracy finer than an epoch)");
   cmd->add_option("--metrics", o.metrics_path, "Write JSON Lines metrics to FILE");
   cmd->add_option("--threads", args->threads, "Compute threads per worker (0: cores / workers)");
   cmd->add_option("--master-port", args->master_port, "Rendezvous port (0: pick a free one)");

@@ -3,11 +3,21 @@
 #include <torch/serialize/archive.h>
 
 #include <numeric>
-#include <random>
 
 #include "gradwire/core/error.h"
 
 namespace gradwire {
+namespace {
+
+// SplitMix64 (Steele, Lea, Flood 2014): advances `state` and returns the next draw.
+uint64_t splitmix64(uint64_t& state) {
+  uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
+  z = (z ^ (z >> 30)) * 0xBF58476D1CE4E5B9ULL;
+  z = (z ^ (z >> 27)) * 0x94D049BB133111EBULL;
+  return z ^ (z >> 31);
+}
+
+}  // namespace
 
 DistributedSampler::DistributedSampler(size_t dataset_size, int rank, int world_size, uint64_t seed,
                                        bool shuffle)
@@ -33,9 +43,14 @@ void DistributedSampler::build() {
   std::vector<size_t> order(dataset_size_);
   std::iota(order.begin(), order.end(), size_t{0});
   if (shuffle_) {
-    // Same seed on every rank, so the shards partition one permutation.
-    std::mt19937_64 rng(seed_ * 0x9E3779B97F4A7C15ULL + epoch_);
-    std::shuffle(order.begin(), order.end(), rng);
+    // Same seed on every rank, so the shards partition one permutation. Fisher-Yates from
+    // the back with SplitMix64 draws, j = draw mod (i + 1): a sequence any language
+    // reproduces in a few lines (bench/peers/ddp_peer.py does), unlike std::shuffle's,
+    // which belongs to the standard library. The modulo bias is below n / 2^64.
+    uint64_t state = seed_ * 0x9E3779B97F4A7C15ULL + epoch_;
+    for (size_t i = order.size(); i > 1; --i) {
+      std::swap(order[i - 1], order[splitmix64(state) % i]);
+    }
   }
   const size_t per_rank = (dataset_size_ + world_size_ - 1) / world_size_;
   indices_.clear();

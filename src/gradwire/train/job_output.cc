@@ -1,7 +1,9 @@
 #include "gradwire/train/job_output.h"
 
 #include <cstdio>
+#include <thread>
 
+#include "gradwire/core/atomic_file.h"
 #include "gradwire/core/error.h"
 
 namespace gradwire::train {
@@ -25,6 +27,34 @@ std::string parameter_checksum(const torch::nn::Module& model) {
   return text;
 }
 
+std::string parameter_crc32(const torch::nn::Module& model) {
+  std::vector<uint8_t> all;
+  for (const auto& p : model.parameters()) {
+    const auto t = p.contiguous();
+    const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
+    all.insert(all.end(), bytes, bytes + t.numel() * t.element_size());
+  }
+  char text[9];
+  std::snprintf(text, sizeof(text), "%08x", static_cast<unsigned>(crc32(all)));
+  return text;
+}
+
+void TrainingClock::pause() {
+  if (!running_) return;
+  banked_s_ += seconds_since(started_);
+  running_ = false;
+}
+
+void TrainingClock::resume() {
+  if (running_) return;
+  started_ = Clock::now();
+  running_ = true;
+}
+
+double TrainingClock::seconds() const {
+  return banked_s_ + (running_ ? seconds_since(started_) : 0.0);
+}
+
 torch::Tensor forward_backward(Classifier& model, const Dataset& set,
                                std::span<const size_t> indices) {
   auto index = torch::from_blob(const_cast<size_t*>(indices.data()),
@@ -36,7 +66,13 @@ torch::Tensor forward_backward(Classifier& model, const Dataset& set,
   return loss;
 }
 
-double evaluate(Classifier& model, const Dataset& test) {
+int idle_machine_threads() {
+  return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+}
+
+double evaluate(Classifier& model, const Dataset& test, int threads) {
+  const int training_threads = at::get_num_threads();
+  if (threads > 0) at::set_num_threads(threads);
   torch::NoGradGuard no_grad;
   model.eval();
   int64_t correct = 0;
@@ -47,6 +83,7 @@ double evaluate(Classifier& model, const Dataset& test) {
     correct += logits.argmax(1).eq(test.labels.slice(0, start, end)).sum().item<int64_t>();
   }
   model.train();
+  at::set_num_threads(training_threads);
   return n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
 }
 

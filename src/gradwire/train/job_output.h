@@ -23,13 +23,37 @@ double seconds_since(Clock::time_point start);
 // FNV-1a over the raw bytes of every parameter: equal strings mean bitwise-equal models.
 std::string parameter_checksum(const torch::nn::Module& model);
 
+// CRC-32 (zlib's) of the raw bytes of every parameter in registration order, as 8 hex
+// digits: what the metrics' "initial_checksum" holds, and what bench/peers/ddp_peer.py
+// computes with zlib.crc32, so a test can check both start from the same weights.
+std::string parameter_crc32(const torch::nn::Module& model);
+
+// A stopwatch that can be paused: training time without the evaluations.
+class TrainingClock {
+ public:
+  TrainingClock() : started_(Clock::now()) {}
+  void pause();
+  void resume();
+  double seconds() const;
+
+ private:
+  Clock::time_point started_;
+  double banked_s_ = 0;
+  bool running_ = true;
+};
+
 // Runs forward and backward on the samples `indices` of `set`; returns the batch's mean
 // cross-entropy loss. Gradients accumulate into the model's .grad (zero them before).
 torch::Tensor forward_backward(Classifier& model, const Dataset& set,
                                std::span<const size_t> indices);
 
-// Top-1 accuracy on `test`, in batches of 1000, in eval mode.
-double evaluate(Classifier& model, const Dataset& test);
+// Top-1 accuracy on `test`, in batches of 1000, in eval mode. threads > 0: libtorch's
+// intra-op threads for the evaluation (restored after), for when the other ranks wait
+// idle meanwhile; 0 keeps the training setting.
+double evaluate(Classifier& model, const Dataset& test, int threads = 0);
+
+// Every core of the machine: the threads for an evaluation while all other ranks wait.
+int idle_machine_threads();
 
 // A JSON Lines file, flushed per line; an empty path writes nothing.
 class MetricsFile {

@@ -8,11 +8,11 @@ namespace {
 
 class Cnn : public Classifier {
  public:
-  Cnn()
+  explicit Cnn(int64_t hidden)
       : conv1_(register_module("conv1", torch::nn::Conv2d(1, 32, 5))),
         conv2_(register_module("conv2", torch::nn::Conv2d(32, 64, 5))),
-        fc1_(register_module("fc1", torch::nn::Linear(1024, 128))),
-        fc2_(register_module("fc2", torch::nn::Linear(128, 10))) {}
+        fc1_(register_module("fc1", torch::nn::Linear(1024, hidden))),
+        fc2_(register_module("fc2", torch::nn::Linear(hidden, 10))) {}
 
   torch::Tensor forward(torch::Tensor x) override {
     x = torch::max_pool2d(torch::relu(conv1_(x)), 2);
@@ -45,10 +45,11 @@ class Mlp : public Classifier {
 
 }  // namespace
 
-std::vector<std::string> model_names() { return {"cnn", "mlp"}; }
+std::vector<std::string> model_names() { return {"cnn", "cnn-wide", "mlp"}; }
 
 std::shared_ptr<Classifier> make_model(const std::string& name) {
-  if (name == "cnn") return std::make_shared<Cnn>();
+  if (name == "cnn") return std::make_shared<Cnn>(128);
+  if (name == "cnn-wide") return std::make_shared<Cnn>(2048);
   if (name == "mlp") return std::make_shared<Mlp>();
   throw ConfigError("unknown model '" + name + "'; available: " + join(model_names()));
 }

@@ -1,6 +1,8 @@
 // The built-in job's models.
 //   cnn: conv(1->32, 5x5) relu maxpool2, conv(32->64, 5x5) relu maxpool2,
 //        fc(1024->128) relu, fc(128->10)                       (~0.18 M parameters)
+//   cnn-wide: the same with fc(1024->2048) relu, fc(2048->10)  (~2.17 M parameters, 97% of
+//        them in fc1: where fully-connected layers dominate the gradient)
 //   mlp: fc(784->256) relu, fc(256->128) relu, fc(128->10)      (~0.24 M parameters)
 #pragma once
 

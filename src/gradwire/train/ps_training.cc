@@ -6,6 +6,12 @@
 // model it holds each time the job-wide count crosses an epoch boundary, and at the end
 // the servers' final model; it writes the metrics file. No collective runs after start, so
 // the job goes on when a worker is lost (SSP, ASP, or BSP with --on-worker-loss continue).
+//
+// The other workers do not wait while the chief evaluates, so an evaluation during training
+// would slow the chief alone. With --eval-every the chief instead keeps a copy of its model
+// at every evaluation point and epoch boundary (train_s = wall time since the start, which
+// then contains no evaluation) and evaluates the copies after training; the epoch lines are
+// printed then. Without it, epochs are evaluated as they end and train_s includes them.
 #include <unistd.h>
 
 #include <cstdlib>
@@ -32,6 +38,23 @@ std::optional<std::pair<int, uint64_t>> scheduled_exit() {
     throw ConfigError(std::string("GRADWIRE_TEST_WORKER_EXIT=") + text + " is not RANK:STEP");
   }
   return std::make_pair(rank, static_cast<uint64_t>(step));
+}
+
+// Writes an epoch's metrics line and prints it (the accuracy is worker 0's model's).
+void write_epoch_line(MetricsFile& metrics, const nlohmann::json& epoch, int epochs,
+                      double epoch_s) {
+  nlohmann::json line = epoch;
+  line["event"] = "epoch";
+  metrics.write(line);
+  const double sent = epoch["bytes_sent"].get<double>();
+  const double dense = epoch["bytes_dense"].get<double>();
+  std::printf(
+      "epoch %d/%d: train_loss %.4f test_accuracy %.2f%% (worker 0's model) %.1f s pushed %.2f "
+      "MB (%.4f of dense)\n",
+      epoch["epoch"].get<int>(), epochs, epoch["train_loss"].get<double>(),
+      100 * epoch["test_accuracy"].get<double>(), epoch_s, sent / 1e6,
+      dense > 0 ? sent / dense : 0.0);
+  std::fflush(stdout);
 }
 
 }  // namespace
@@ -93,6 +116,7 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
       *model, dist_options);
 
   const bool chief = context.is_root();
+  const std::string initial_checksum = parameter_crc32(*model);
   JobProgress progress = optimizer.job_progress().value_or(JobProgress{});
   if (chief) {
     std::printf(
@@ -128,6 +152,32 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   nlohmann::json last;
   double compute_s = 0, sleep_s = 0;
   uint64_t steps = 0;
+
+  // Deferred evaluation (--eval-every): the chief's model at each point, evaluated at the end.
+  struct Snapshot {
+    nlohmann::json event;  // "eval" line without its accuracy
+    std::vector<torch::Tensor> parameters;
+    std::optional<nlohmann::json> epoch_line;  // an epoch ended here: its line, accuracy to come
+    double epoch_s = 0;
+  };
+  const bool deferred = options.eval_every > 0;
+  const uint64_t eval_samples = static_cast<uint64_t>(options.eval_every) * options.batch_size *
+                                static_cast<uint64_t>(context.world_size());
+  uint64_t next_eval = deferred ? (progress.samples / eval_samples + 1) * eval_samples : 0;
+  std::vector<Snapshot> snapshots;
+  const auto snapshot = [&](std::optional<nlohmann::json> epoch_line, double epoch_s) {
+    Snapshot taken;
+    taken.event = {{"event", "eval"},
+                   {"epoch", epoch},
+                   {"step", progress.samples /
+                                (static_cast<uint64_t>(options.batch_size) * context.world_size())},
+                   {"samples", progress.samples},
+                   {"train_s", seconds_since(job_start)}};
+    for (const auto& p : model->parameters()) taken.parameters.push_back(p.detach().clone());
+    taken.epoch_line = std::move(epoch_line);
+    taken.epoch_s = epoch_s;
+    snapshots.push_back(std::move(taken));
+  };
 
   while (!progress.done) {
     if (exit_at && exit_at->first == context.rank() && exit_at->second == steps) {
@@ -168,29 +218,36 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
                      (progress.samples - epoch_first_sample) / seconds_since(epoch_start));
       next_print = progress.samples + epoch_samples / 4;
     }
+    while (chief && deferred && progress.samples >= next_eval && progress.samples < boundary) {
+      snapshot(std::nullopt, 0);
+      next_eval = (progress.samples / eval_samples + 1) * eval_samples;
+    }
     while (chief && progress.samples >= boundary && epoch <= options.epochs) {
       if (style == ProgressStyle::kTerminal) std::printf("\n");
-      const double accuracy = evaluate(*model, test_set);
       const uint64_t n = std::max<uint64_t>(1, progress.samples - epoch_first_sample);
       const double mean_loss = (progress.loss_sum - epoch_first_loss) / n;
       last = {{"epoch", epoch},
               {"train_loss", mean_loss},
-              {"test_accuracy", accuracy},
               {"elapsed_s", seconds_since(job_start)},
+              {"train_s", seconds_since(job_start)},
               {"samples_per_s", n / seconds_since(epoch_start)},
               {"bytes_sent", progress.bytes_sent},
               {"bytes_dense", progress.bytes_dense},
               {"bytes_received", progress.bytes_received}};
-      nlohmann::json line = last;
-      line["event"] = "epoch";
-      metrics.write(line);
-      std::printf(
-          "epoch %d/%d: train_loss %.4f test_accuracy %.2f%% (worker 0's model) %.1f s pushed "
-          "%.2f MB (%.4f of dense)\n",
-          epoch, options.epochs, mean_loss, 100 * accuracy, seconds_since(epoch_start),
-          progress.bytes_sent / 1e6,
-          progress.bytes_dense ? double(progress.bytes_sent) / progress.bytes_dense : 0.0);
-      std::fflush(stdout);
+      if (deferred) {
+        snapshot(last, seconds_since(epoch_start));
+        next_eval = (progress.samples / eval_samples + 1) * eval_samples;
+      } else {
+        last["test_accuracy"] = evaluate(*model, test_set);
+        metrics.write({{"event", "eval"},
+                       {"epoch", epoch},
+                       {"step", progress.samples / (static_cast<uint64_t>(options.batch_size) *
+                                                    context.world_size())},
+                       {"samples", progress.samples},
+                       {"train_s", seconds_since(job_start)},
+                       {"test_accuracy", last["test_accuracy"]}});
+        write_epoch_line(metrics, last, options.epochs, seconds_since(epoch_start));
+      }
       ++epoch;
       boundary += epoch_samples;
       epoch_first_sample = progress.samples;
@@ -202,10 +259,32 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
 
   const auto summary = optimizer.finish();
   result.elapsed_s = seconds_since(job_start);
+  result.train_s = result.elapsed_s;
   if (!chief) return result;
 
   // The chief now holds the servers' final model.
-  result.test_accuracy = evaluate(*model, test_set);
+  result.test_accuracy = evaluate(*model, test_set, idle_machine_threads());
+  if (!snapshots.empty()) {
+    std::vector<torch::Tensor> final_parameters;
+    for (const auto& p : model->parameters()) final_parameters.push_back(p.detach().clone());
+    const auto load = [&](const std::vector<torch::Tensor>& values) {
+      torch::NoGradGuard no_grad;
+      auto parameters = model->parameters();
+      for (size_t i = 0; i < parameters.size(); ++i) parameters[i].copy_(values[i]);
+    };
+    for (auto& taken : snapshots) {
+      load(taken.parameters);
+      const double accuracy = evaluate(*model, test_set, idle_machine_threads());
+      taken.event["test_accuracy"] = accuracy;
+      metrics.write(taken.event);
+      if (taken.epoch_line) {
+        (*taken.epoch_line)["test_accuracy"] = accuracy;
+        write_epoch_line(metrics, *taken.epoch_line, options.epochs, taken.epoch_s);
+        last = *taken.epoch_line;
+      }
+    }
+    load(final_parameters);
+  }
   const JobProgress& p = summary->progress;
   result.bytes_sent = p.bytes_sent;
   result.bytes_dense = p.bytes_dense;
@@ -221,6 +300,7 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   out["event"] = "summary";
   out["test_accuracy"] = result.test_accuracy;
   out["elapsed_s"] = result.elapsed_s;
+  out["train_s"] = result.train_s;
   out["bytes_sent"] = p.bytes_sent;
   out["bytes_dense"] = p.bytes_dense;
   out["bytes_received"] = p.bytes_received;
@@ -236,6 +316,8 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   out["compressor"] = options.compressor;
   out["codec"] = optimizer.codec_spec();
   out["model"] = options.model;
+  out["batch_size"] = options.batch_size;
+  out["initial_checksum"] = initial_checksum;
   out["version"] = summary->version;
   out["staleness"] = {{"count", summary->staleness_count},
                       {"mean", summary->staleness_mean},

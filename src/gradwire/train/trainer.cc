@@ -66,13 +66,34 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
                                     ? std::max<size_t>(1, steps / 100)
                                     : std::max<size_t>(1, (steps + 3) / 4);
   MetricsFile metrics(context.is_root() ? options.metrics_path : "");
+  const std::string initial_checksum = parameter_crc32(*model);
+
+  // Rank 0 evaluates while the clock is stopped; the others wait at the barrier, so no
+  // rank counts the evaluation as training time.
+  TrainingClock clock;
+  size_t global_step = 0, evaluated_step = 0;
+  double accuracy = 0;
+  const auto evaluate_now = [&](int epoch) {
+    clock.pause();
+    if (context.is_root()) {
+      accuracy = evaluate(*model, test_set, idle_machine_threads());
+      metrics.write({{"event", "eval"},
+                     {"epoch", epoch},
+                     {"step", global_step},
+                     {"train_s", clock.seconds()},
+                     {"test_accuracy", accuracy}});
+    }
+    context.barrier();
+    evaluated_step = global_step;
+    clock.resume();
+  };
 
   TrainResult result;
   const auto job_start = Clock::now();
   nlohmann::json last;
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
     sampler.set_epoch(epoch);
-    const auto epoch_start = Clock::now();
+    const double epoch_train_start = clock.seconds();
     double loss_sum = 0;
     size_t samples = 0;
     for (size_t step = 0; step < steps; ++step) {
@@ -83,18 +104,21 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
       const auto loss = forward_backward(*model, train_set,
                                          std::span<const size_t>(all.data() + begin, end - begin));
       optimizer.step();
+      ++global_step;
       loss_sum += loss.item<double>() * static_cast<double>(end - begin);
       samples += end - begin;
       if ((step + 1) % progress_every == 0 || step + 1 == steps) {
         print_progress(progress, epoch, options.epochs, step + 1, steps, loss_sum / samples,
-                       samples * context.world_size() / seconds_since(epoch_start));
+                       samples * context.world_size() / (clock.seconds() - epoch_train_start));
+      }
+      if (options.eval_every > 0 && global_step % options.eval_every == 0 && step + 1 < steps) {
+        evaluate_now(epoch);
       }
     }
     if (progress == ProgressStyle::kTerminal) std::printf("\n");
-    const double train_s = seconds_since(epoch_start);
+    const double train_s = clock.seconds() - epoch_train_start;
+    if (evaluated_step != global_step) evaluate_now(epoch);
 
-    const double accuracy = context.is_root() ? evaluate(*model, test_set) : 0.0;
-    const double epoch_s = seconds_since(epoch_start);
     const auto traffic = optimizer.traffic();
     const auto losses = context.allgather(loss_sum / std::max<size_t>(1, samples));
     const auto sent = context.allgather(static_cast<double>(traffic.bytes_sent));
@@ -109,6 +133,8 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
             {"train_loss", mean_loss},
             {"test_accuracy", accuracy},
             {"elapsed_s", seconds_since(job_start)},
+            {"train_s", clock.seconds()},
+            {"steps", global_step},
             {"samples_per_s", samples * context.world_size() / train_s},
             {"bytes_sent", static_cast<uint64_t>(total_sent)},
             {"bytes_dense", static_cast<uint64_t>(total_dense)}};
@@ -118,7 +144,7 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
     if (context.is_root()) {
       std::printf(
           "epoch %d/%d: train_loss %.4f test_accuracy %.2f%% %.1f s sent %.2f MB (%.4f of dense)\n",
-          epoch, options.epochs, mean_loss, 100 * accuracy, epoch_s, total_sent / 1e6,
+          epoch, options.epochs, mean_loss, 100 * accuracy, train_s, total_sent / 1e6,
           total_dense > 0 ? total_sent / total_dense : 0.0);
       std::fflush(stdout);
     }
@@ -127,6 +153,7 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
     result.bytes_sent = static_cast<uint64_t>(total_sent);
     result.bytes_dense = static_cast<uint64_t>(total_dense);
   }
+  result.train_s = clock.seconds();
   result.elapsed_s = seconds_since(job_start);
 
   // Checksums travel after the traffic figures were taken, so they are not counted.
@@ -146,6 +173,8 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   summary["compressor"] = options.compressor;
   summary["codec"] = optimizer.codec_spec();
   summary["model"] = options.model;
+  summary["batch_size"] = options.batch_size;
+  summary["initial_checksum"] = initial_checksum;
   summary["param_checksums"] = checksums;
   metrics.write(summary);
   if (context.is_root()) {

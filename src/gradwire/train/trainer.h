@@ -1,9 +1,15 @@
 // The built-in job (`gradwire train`): one rank's training loop.
 //
 // Every rank trains on its DistributedSampler shard; rank 0 evaluates test accuracy after
-// each epoch, prints progress and a summary, and writes the metrics file (JSON Lines, see
-// docs/ARCHITECTURE.md): one "epoch" line per epoch and a final "summary" line with one
-// parameter checksum per rank (equal checksums = bitwise-equal models).
+// each epoch (and every eval_every steps), prints progress and a summary, and writes the
+// metrics file (JSON Lines, see docs/ARCHITECTURE.md): an "eval" line per evaluation, an
+// "epoch" line per epoch and a final "summary" line with one parameter checksum per rank
+// (equal checksums = bitwise-equal models).
+//
+// Training time (`train_s`) excludes evaluation. Allreduce: the clock stops while rank 0
+// evaluates and the others wait at a barrier. Parameter servers (asynchronous workers that
+// cannot all be paused without changing the algorithm): with eval_every the chief keeps a
+// copy of its model at each evaluation point and evaluates the copies after training.
 #pragma once
 
 #include <cstdint>
@@ -31,6 +37,10 @@ struct TrainOptions {
   std::string data_dir;    // empty: Debian's Fashion-MNIST location
   size_t train_limit = 0;  // > 0: use only the first N training samples
   size_t test_limit = 0;
+  // > 0: evaluate on the test set every eval_every steps of a worker (for parameter servers:
+  // every eval_every x batch_size x workers samples of the job), so time to accuracy has a
+  // finer resolution than an epoch. Epoch ends are always evaluated.
+  size_t eval_every = 0;
   std::string metrics_path;  // empty: no metrics file
   ProgressStyle progress = ProgressStyle::kLines;
   // Strategy "ps": the servers' options. The job trains epochs x (training samples) samples
@@ -46,6 +56,7 @@ struct TrainResult {
   double test_accuracy = 0;
   double train_loss = 0;
   double elapsed_s = 0;
+  double train_s = 0;  // training time, evaluation excluded
   uint64_t bytes_sent = 0;
   uint64_t bytes_dense = 0;
   bool checksums_equal = true;

@@ -1,0 +1,434 @@
+#!/usr/bin/python3
+"""The baseline gradwire is measured against: PyTorch DistributedDataParallel.
+
+Trains the job of `gradwire train --worker` in DDP over Gloo, one rank per process, under
+torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IFNAME), as
+`gradwire cluster` and `gradwire run` set them:
+
+    gradwire cluster --hosts 4 --bandwidth 100mbit -- \
+        /usr/bin/python3 bench/peers/ddp_peer.py --hook fp16 --model cnn --epochs 3
+
+Same as gradwire train: the models (cnn, cnn-wide, mlp, built in the same order from the
+same seed, so both start from the same weights: compare "initial_checksum"), the data
+(Fashion-MNIST, the same normalization), the sharding (DistributedSampler's permutation,
+reproduced below), per-worker batch, SGD (lr, momentum, weight decay), epochs, one compute
+thread per rank, and the metrics file (JSON Lines: "eval", "epoch" and "summary" events,
+docs/ARCHITECTURE.md). Training time excludes evaluation: the clock stops while rank 0
+evaluates (on every core, the others waiting at a barrier).
+
+Hooks (--hook): allreduce (DDP's default_hooks.allreduce_hook, what DDP does without a
+hook), fp16 and bf16 (default_hooks.fp16_compress_hook / bf16_compress_hook) and powersgd
+(powerSGD_hook.powerSGD_hook with DDP's recommended settings: error feedback, warm start,
+vanilla allreduce for the first --powersgd-start-iter steps, 10% of the run by default).
+Gloo in torch 1.13 cannot sum bfloat16 ("Invalid scalar type"); there the bf16 hook's
+allreduce runs as a ring (reduce-scatter then allgather) of bfloat16 chunks over
+send/recv, inside the hook, so it does not overlap backward as Gloo's asynchronous
+allreduce does. "bytes_sent" counts what each rank hands to the hooks' allreduces (its
+contribution, as gradwire counts), summed over ranks.
+"""
+
+import argparse
+import datetime
+import gzip
+import json
+import os
+import struct
+import sys
+import time
+import zlib
+
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
+from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
+from torch.nn.parallel import DistributedDataParallel
+
+FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
+MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST's training-set pixel statistics (of x / 255)
+MASK64 = (1 << 64) - 1
+GOLDEN = 0x9E3779B97F4A7C15
+
+
+# ---- the same job as gradwire train -----------------------------------------------------
+
+class Cnn(nn.Module):
+    """conv(1->32, 5x5) relu maxpool2, conv(32->64, 5x5) relu maxpool2, fc(1024->hidden)
+    relu, fc(hidden->10): `cnn` with hidden 128, `cnn-wide` with 2048."""
+
+    def __init__(self, hidden):
+        super().__init__()
+        self.conv1 = nn.Conv2d(1, 32, 5)
+        self.conv2 = nn.Conv2d(32, 64, 5)
+        self.fc1 = nn.Linear(1024, hidden)
+        self.fc2 = nn.Linear(hidden, 10)
+
+    def forward(self, x):
+        x = F.max_pool2d(F.relu(self.conv1(x)), 2)
+        x = F.max_pool2d(F.relu(self.conv2(x)), 2)
+        x = F.relu(self.fc1(x.flatten(1)))
+        return self.fc2(x)
+
+
+class Mlp(nn.Module):
+    def __init__(self):
+        super().__init__()
+        self.fc1 = nn.Linear(784, 256)
+        self.fc2 = nn.Linear(256, 128)
+        self.fc3 = nn.Linear(128, 10)
+
+    def forward(self, x):
+        x = F.relu(self.fc1(x.flatten(1)))
+        x = F.relu(self.fc2(x))
+        return self.fc3(x)
+
+
+def make_model(name):
+    if name == "cnn":
+        return Cnn(128)
+    if name == "cnn-wide":
+        return Cnn(2048)
+    if name == "mlp":
+        return Mlp()
+    raise SystemExit(f"ddp_peer: unknown model '{name}'; available: cnn, cnn-wide, mlp")
+
+
+def read_idx(path, magic):
+    if not os.path.exists(path):
+        raise SystemExit(f"ddp_peer: Fashion-MNIST file {path} not found: install Debian's "
+                         "dataset-fashion-mnist package or pass --data-dir DIR")
+    with gzip.open(path, "rb") as f:
+        data = f.read()
+    if struct.unpack(">I", data[:4])[0] != magic:
+        raise SystemExit(f"ddp_peer: {path}: bad magic number")
+    return data
+
+
+def load_fashion_mnist(directory, train, limit):
+    prefix = os.path.join(directory, "train" if train else "t10k")
+    images = read_idx(prefix + "-images-idx3-ubyte.gz", 0x803)
+    labels = read_idx(prefix + "-labels-idx1-ubyte.gz", 0x801)
+    n = struct.unpack(">I", images[4:8])[0]
+    keep = min(limit, n) if limit > 0 else n
+    x = torch.frombuffer(bytearray(images[16:16 + keep * 784]), dtype=torch.uint8)
+    x = x.reshape(keep, 1, 28, 28).to(torch.float32).div_(255.0).sub_(MEAN).div_(STD)
+    y = torch.frombuffer(bytearray(labels[8:8 + keep]), dtype=torch.uint8).to(torch.int64)
+    return x, y
+
+
+def shard(dataset_size, rank, world_size, seed, epoch):
+    """gradwire::DistributedSampler's shard: Fisher-Yates from the back over SplitMix64
+    draws seeded with seed * golden + epoch, padded by wrapping around, rank r taking
+    positions r, r + W, r + 2W, ..."""
+    order = list(range(dataset_size))
+    state = (seed * GOLDEN + epoch) & MASK64
+    for i in range(dataset_size, 1, -1):
+        state = (state + GOLDEN) & MASK64
+        z = state
+        z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & MASK64
+        z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & MASK64
+        j = (z ^ (z >> 31)) % i
+        order[i - 1], order[j] = order[j], order[i - 1]
+    per_rank = (dataset_size + world_size - 1) // world_size
+    return [order[(j * world_size + rank) % dataset_size] for j in range(per_rank)]
+
+
+def parameter_crc32(model):
+    """CRC-32 of the raw bytes of every parameter in order, as gradwire's initial_checksum."""
+    crc = 0
+    for p in model.parameters():
+        crc = zlib.crc32(p.detach().contiguous().numpy().tobytes(), crc)
+    return f"{crc:08x}"
+
+
+def evaluate(model, images, labels):
+    """Top-1 accuracy in batches of 1000, on every core (the other ranks wait meanwhile)."""
+    threads = torch.get_num_threads()
+    torch.set_num_threads(os.cpu_count() or 1)
+    model.eval()
+    correct = 0
+    with torch.no_grad():
+        for start in range(0, len(labels), 1000):
+            logits = model(images[start:start + 1000])
+            correct += int(logits.argmax(1).eq(labels[start:start + 1000]).sum())
+    model.train()
+    torch.set_num_threads(threads)
+    return correct / len(labels) if len(labels) else 0.0
+
+
+# ---- communication hooks ----------------------------------------------------------------
+
+class ByteCounter:
+    """Counts the bytes each rank hands to dist.all_reduce from inside a DDP hook."""
+
+    def __init__(self):
+        self.bytes = 0
+        self.active = False
+        self._all_reduce = dist.all_reduce
+        dist.all_reduce = self._counting_all_reduce
+
+    def _counting_all_reduce(self, tensor, *args, **kwargs):
+        if self.active:
+            self.bytes += tensor.numel() * tensor.element_size()
+        return self._all_reduce(tensor, *args, **kwargs)
+
+    def wrap(self, hook):
+        def counted(state, bucket):
+            self.active = True
+            try:
+                return hook(state, bucket)
+            finally:
+                self.active = False
+        return counted
+
+
+def gloo_sums_bfloat16():
+    try:
+        probe = torch.zeros(1, dtype=torch.bfloat16)
+        dist.all_reduce(probe)
+        return True
+    except RuntimeError:
+        return False
+
+
+def ring_allreduce_(flat, counter):
+    """Sums `flat` (1-D, any dtype) over all ranks in place: reduce-scatter, then allgather,
+    each W-1 exchanges of one chunk with the ring's neighbours."""
+    world, rank = dist.get_world_size(), dist.get_rank()
+    counter.bytes += flat.numel() * flat.element_size()
+    if world == 1:
+        return flat
+    chunks = list(flat.tensor_split(world))
+    right, left = (rank + 1) % world, (rank - 1) % world
+    for k in range(world - 1):
+        send, recv = chunks[(rank - k) % world], chunks[(rank - k - 1) % world]
+        incoming = torch.empty_like(recv)
+        ops = [dist.P2POp(dist.isend, send.contiguous(), right),
+               dist.P2POp(dist.irecv, incoming, left)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        recv.copy_(recv.float().add_(incoming.float()))
+    for k in range(world - 1):
+        send, recv = chunks[(rank - k + 1) % world], chunks[(rank - k) % world]
+        incoming = torch.empty_like(recv)
+        ops = [dist.P2POp(dist.isend, send.contiguous(), right),
+               dist.P2POp(dist.irecv, incoming, left)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        recv.copy_(incoming)
+    return flat
+
+
+def bf16_ring_hook(counter):
+    """DDP's bf16_compress_hook (cast to bfloat16, divide by the world, sum, cast back) with
+    the sum as a ring over send/recv, for Gloo builds without a bfloat16 allreduce."""
+    def hook(state, bucket):
+        buffer = bucket.buffer()
+        compressed = buffer.to(torch.bfloat16).div_(dist.get_world_size())
+        ring_allreduce_(compressed, counter)
+        buffer.copy_(compressed)
+        future = torch.futures.Future()
+        future.set_result(buffer)
+        return future
+    return hook
+
+
+def register_hook(ddp, args, total_steps, counter):
+    """Registers --hook on `ddp`; returns the codec description for the summary."""
+    if args.hook == "allreduce":
+        ddp.register_comm_hook(None, counter.wrap(default_hooks.allreduce_hook))
+        return "ddp:allreduce"
+    if args.hook == "fp16":
+        ddp.register_comm_hook(None, counter.wrap(default_hooks.fp16_compress_hook))
+        return "ddp:fp16"
+    if args.hook == "bf16":
+        if gloo_sums_bfloat16():
+            ddp.register_comm_hook(None, counter.wrap(default_hooks.bf16_compress_hook))
+            return "ddp:bf16"
+        ddp.register_comm_hook(None, bf16_ring_hook(counter))
+        return "ddp:bf16(ring over send/recv: Gloo has no bfloat16 sum)"
+    start = args.powersgd_start_iter
+    if start < 0:
+        start = max(2, total_steps // 10)
+    state = powerSGD_hook.PowerSGDState(
+        process_group=None, matrix_approximation_rank=args.powersgd_rank,
+        start_powerSGD_iter=start, use_error_feedback=True, warm_start=True,
+        random_seed=args.seed)
+    ddp.register_comm_hook(state, counter.wrap(powerSGD_hook.powerSGD_hook))
+    return f"ddp:powersgd:rank={args.powersgd_rank},start_iter={start},ef=1,warm_start=1"
+
+
+# ---- the training loop --------------------------------------------------------------------
+
+class TrainingClock:
+    """A stopwatch that can be paused: training time without the evaluations."""
+
+    def __init__(self):
+        self.banked, self.started = 0.0, time.monotonic()
+
+    def pause(self):
+        if self.started is not None:
+            self.banked += time.monotonic() - self.started
+            self.started = None
+
+    def resume(self):
+        if self.started is None:
+            self.started = time.monotonic()
+
+    def seconds(self):
+        return self.banked + (time.monotonic() - self.started if self.started is not None else 0)
+
+
+def parse_args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--hook", choices=["allreduce", "fp16", "bf16", "powersgd"], default="allreduce")
+    p.add_argument("--model", default="cnn")
+    p.add_argument("--epochs", type=int, default=3)
+    p.add_argument("--batch-size", type=int, default=32, help="per worker")
+    p.add_argument("--lr", type=float, default=0.05)
+    p.add_argument("--momentum", type=float, default=0.9)
+    p.add_argument("--weight-decay", type=float, default=0.0)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--data-dir", default=FASHION_MNIST_DIR)
+    p.add_argument("--train-limit", type=int, default=0)
+    p.add_argument("--test-limit", type=int, default=0)
+    p.add_argument("--eval-every", type=int, default=0, help="also evaluate every N steps")
+    p.add_argument("--metrics", default="", help="JSON Lines metrics file (rank 0)")
+    p.add_argument("--threads", type=int, default=1, help="compute threads per rank")
+    p.add_argument("--bucket-mb", type=float, default=25.0)
+    p.add_argument("--powersgd-rank", type=int, default=2)
+    p.add_argument("--powersgd-start-iter", type=int, default=-1,
+                   help="vanilla allreduce before this step (default: 10%% of the steps)")
+    p.add_argument("--progress", choices=["lines", "none"], default="lines")
+    p.add_argument("--print-shard", metavar="SIZE,WORLD,RANK,SEED,EPOCH",
+                   help="print DistributedSampler's shard as JSON and exit")
+    return p.parse_args(argv)
+
+
+def main(argv):
+    args = parse_args(argv)
+    if args.print_shard:
+        size, world, rank, seed, epoch = (int(v) for v in args.print_shard.split(","))
+        print(json.dumps(shard(size, rank, world, seed, epoch)))
+        return 0
+    if args.epochs < 1 or args.batch_size < 1 or not args.lr > 0:
+        raise SystemExit("ddp_peer: --epochs and --batch-size must be at least 1, --lr positive")
+    torch.set_num_threads(args.threads)
+    torch.set_num_interop_threads(args.threads)
+    timeout = datetime.timedelta(seconds=float(os.environ.get("GRADWIRE_TIMEOUT", "300")))
+    if "WORLD_SIZE" not in os.environ:
+        os.environ.update(RANK="0", WORLD_SIZE="1", MASTER_ADDR="127.0.0.1", MASTER_PORT="29500")
+    dist.init_process_group("gloo", timeout=timeout)
+    rank, world = dist.get_rank(), dist.get_world_size()
+    root = rank == 0
+
+    train_x, train_y = load_fashion_mnist(args.data_dir, True, args.train_limit)
+    test_x, test_y = load_fashion_mnist(args.data_dir, False, args.test_limit) if root else (None, None)
+    torch.manual_seed(args.seed)
+    model = make_model(args.model)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
+    per_rank = (len(train_y) + world - 1) // world
+    steps = (per_rank + args.batch_size - 1) // args.batch_size
+    counter = ByteCounter()
+    codec = register_hook(ddp, args, steps * args.epochs, counter)
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
+                                weight_decay=args.weight_decay)
+    initial_checksum = parameter_crc32(model)
+    numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
+    metrics = open(args.metrics, "w") if root and args.metrics else None
+    if root:
+        print(f"{world} workers, model {args.model}, DDP {codec}, {len(train_y)} training "
+              f"samples, batch {args.batch_size} per worker", flush=True)
+
+    def write(line):
+        if metrics:
+            metrics.write(json.dumps(line) + "\n")
+            metrics.flush()
+
+    clock = TrainingClock()
+    state = {"step": 0, "evaluated": 0, "accuracy": 0.0}
+
+    def evaluate_now(epoch):
+        clock.pause()
+        if root:
+            state["accuracy"] = evaluate(model, test_x, test_y)
+            write({"event": "eval", "epoch": epoch, "step": state["step"],
+                   "train_s": clock.seconds(), "test_accuracy": state["accuracy"]})
+        dist.barrier()
+        state["evaluated"] = state["step"]
+        clock.resume()
+
+    def all_ranks_sum(value):
+        t = torch.tensor([float(value)], dtype=torch.float64)
+        dist.all_reduce(t)
+        return float(t[0])
+
+    job_start = time.monotonic()
+    progress_every = max(1, (steps + 3) // 4)
+    last = {}
+    for epoch in range(1, args.epochs + 1):
+        indices = torch.tensor(shard(len(train_y), rank, world, args.seed, epoch), dtype=torch.int64)
+        epoch_start = clock.seconds()
+        loss_sum, samples = 0.0, 0
+        for step in range(steps):
+            batch = indices[step * args.batch_size:(step + 1) * args.batch_size]
+            optimizer.zero_grad()
+            loss = F.cross_entropy(ddp(train_x.index_select(0, batch)), train_y.index_select(0, batch))
+            loss.backward()
+            optimizer.step()
+            state["step"] += 1
+            loss_sum += loss.item() * len(batch)
+            samples += len(batch)
+            if root and args.progress == "lines" and ((step + 1) % progress_every == 0 or step + 1 == steps):
+                rate = samples * world / max(1e-9, clock.seconds() - epoch_start)
+                print(f"epoch {epoch}/{args.epochs} {100 * (step + 1) // steps:3d}% loss "
+                      f"{loss_sum / samples:.4f} {rate:.0f} samples/s", flush=True)
+            if args.eval_every > 0 and state["step"] % args.eval_every == 0 and step + 1 < steps:
+                evaluate_now(epoch)
+        train_s = clock.seconds() - epoch_start
+        if state["evaluated"] != state["step"]:
+            evaluate_now(epoch)
+        mean_loss = all_ranks_sum(loss_sum / max(1, samples)) / world
+        sent = all_ranks_sum(counter.bytes)
+        dense = 4.0 * numel * state["step"] * world
+        last = {"epoch": epoch, "train_loss": mean_loss, "test_accuracy": state["accuracy"],
+                "elapsed_s": time.monotonic() - job_start, "train_s": clock.seconds(),
+                "steps": state["step"], "samples_per_s": samples * world / train_s,
+                "bytes_sent": int(sent), "bytes_dense": int(dense)}
+        write(dict(last, event="epoch"))
+        if root:
+            print(f"epoch {epoch}/{args.epochs}: train_loss {mean_loss:.4f} test_accuracy "
+                  f"{100 * state['accuracy']:.2f}% {train_s:.1f} s sent {sent / 1e6:.2f} MB "
+                  f"({sent / dense if dense else 0:.4f} of dense)", flush=True)
+
+    checksum = parameter_crc32(model)
+    gathered = [None] * world
+    dist.all_gather_object(gathered, checksum)
+    summary = dict(last, event="summary", elapsed_s=time.monotonic() - job_start,
+                   train_s=clock.seconds(), workers=world, strategy="ddp", compressor=args.hook,
+                   codec=codec, model=args.model, batch_size=args.batch_size,
+                   initial_checksum=initial_checksum, param_checksums=gathered)
+    write(summary)
+    if root:
+        print(f"summary: {world} workers, {args.model}, DDP {args.hook}: test accuracy "
+              f"{100 * summary['test_accuracy']:.2f}%, {summary['train_s']:.1f} s training, "
+              f"bytes_sent/bytes_dense {summary['bytes_sent'] / max(1, summary['bytes_dense']):.4f}, "
+              f"ranks' parameters {'identical' if len(set(gathered)) == 1 else 'DIFFER'}",
+              flush=True)
+    if metrics:
+        metrics.close()
+    # Leave together (bounded), then exit without the process group's teardown, which was
+    # once seen spinning after its peer had gone.
+    try:
+        dist.monitored_barrier(timeout=datetime.timedelta(seconds=30))
+    except RuntimeError as e:
+        print(f"ddp_peer: rank {rank}: leaving without the others: {e}", file=sys.stderr)
+    return 0 if len(set(gathered)) == 1 else 4
+
+
+if __name__ == "__main__":
+    code = main(sys.argv[1:])
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
