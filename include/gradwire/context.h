@@ -12,7 +12,8 @@
 // init(): it serves until every worker is done and then exits the process (status 0, or 1
 // with the reason on stderr). Workers get a Context over the workers only (rank = worker
 // index), whose parameter_servers() tells DistributedOptimizer where the servers are.
-//   GRADWIRE_PS_BIND        address servers listen on (default 127.0.0.1)
+//   GRADWIRE_PS_BIND        address servers listen on (default 127.0.0.1); with 0.0.0.0 a
+//                           server publishes GLOO_SOCKET_IFNAME's address (or its host name)
 #pragma once
 
 #include <chrono>

@@ -11,6 +11,10 @@ namespace gradwire::cli {
 //  -- PROGRAM ARGS...`: starts N local copies of PROGRAM with torchrun's environment.
 void add_run_command(CLI::App& app, int& exit_code);
 
+// `gradwire cluster --hosts N --bandwidth RATE -- PROGRAM ARGS...`: N ranks on an emulated
+// cluster of network namespaces; `gradwire cluster --cleanup` removes leftovers.
+void add_cluster_command(CLI::App& app, int& exit_code);
+
 // `gradwire train ...`: the built-in training job.
 void add_train_command(CLI::App& app, int& exit_code);
 

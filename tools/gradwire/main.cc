@@ -17,6 +17,7 @@ int main(int argc, char** argv) {
   app.require_subcommand(1);
   int exit_code = 0;
   gradwire::cli::add_run_command(app, exit_code);
+  gradwire::cli::add_cluster_command(app, exit_code);
   gradwire::cli::add_train_command(app, exit_code);
   gradwire::cli::add_bench_command(app, exit_code);
   try {

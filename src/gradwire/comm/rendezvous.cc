@@ -3,6 +3,10 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
+#include <arpa/inet.h>
+#include <ifaddrs.h>
+#include <netinet/in.h>
+
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -214,6 +218,28 @@ uint64_t join_as_server(const WorldInfo& world, const RoleInfo& role, const Conn
   if (bytes.size() != sizeof(token)) throw ConfigError("malformed job token in the store");
   std::memcpy(&token, bytes.data(), sizeof(token));
   return token;
+}
+
+std::string interface_address(const std::string& ifname) {
+  ifaddrs* all = nullptr;
+  if (::getifaddrs(&all) != 0) {
+    throw SystemError(errno_message("cannot list the network interfaces", errno));
+  }
+  std::string found, names;
+  for (const ifaddrs* a = all; a != nullptr; a = a->ifa_next) {
+    if (a->ifa_addr == nullptr || a->ifa_addr->sa_family != AF_INET) continue;
+    names += std::string(names.empty() ? "" : ", ") + a->ifa_name;
+    if (ifname != a->ifa_name || !found.empty()) continue;
+    char text[INET_ADDRSTRLEN] = {0};
+    const auto* in = reinterpret_cast<const sockaddr_in*>(a->ifa_addr);
+    if (::inet_ntop(AF_INET, &in->sin_addr, text, sizeof text)) found = text;
+  }
+  ::freeifaddrs(all);
+  if (found.empty()) {
+    throw ConfigError("network interface '" + ifname +
+                      "' has no IPv4 address (interfaces with one: " + names + ")");
+  }
+  return found;
 }
 
 }  // namespace gradwire::comm

@@ -65,6 +65,10 @@ struct WorkerJoin {
 WorkerJoin join_as_worker(const WorldInfo& world, const RoleInfo& role,
                           const ConnectOptions& options);
 
+// The IPv4 address of network interface `ifname` (e.g. "eth0"); ConfigError naming the
+// interfaces that exist when it has none.
+std::string interface_address(const std::string& ifname);
+
 // A server publishes where it listens and returns the job's token.
 uint64_t join_as_server(const WorldInfo& world, const RoleInfo& role, const ConnectOptions& options,
                         const std::string& endpoint);

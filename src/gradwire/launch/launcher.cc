@@ -4,6 +4,7 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
+#include <sched.h>
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/socket.h>
@@ -23,6 +24,9 @@
 
 #include "gradwire/core/error.h"
 #include "gradwire/launch/line_prefixer.h"
+#include "gradwire/launch/output_sink.h"
+#include "gradwire/launch/posix_fd.h"
+#include "gradwire/launch/signal_relay.h"
 
 extern char** environ;
 
@@ -47,158 +51,6 @@ constexpr unsigned kCloseRangeCloexec = 1U << 2;
 constexpr unsigned kCloseRangeCloexec = CLOSE_RANGE_CLOEXEC;
 #endif
 
-class UniqueFd {
- public:
-  UniqueFd() = default;
-  explicit UniqueFd(int fd) : fd_(fd) {}
-  UniqueFd(UniqueFd&& other) noexcept : fd_(std::exchange(other.fd_, -1)) {}
-  UniqueFd& operator=(UniqueFd&& other) noexcept {
-    if (this != &other) reset(std::exchange(other.fd_, -1));
-    return *this;
-  }
-  UniqueFd(const UniqueFd&) = delete;
-  UniqueFd& operator=(const UniqueFd&) = delete;
-  ~UniqueFd() { reset(); }
-
-  int get() const { return fd_; }
-  bool valid() const { return fd_ >= 0; }
-  int release() { return std::exchange(fd_, -1); }
-  void reset(int fd = -1) {
-    if (fd_ >= 0) ::close(fd_);
-    fd_ = fd;
-  }
-
- private:
-  int fd_ = -1;
-};
-
-struct Pipe {
-  UniqueFd read;
-  UniqueFd write;
-};
-
-// Both ends are close-on-exec and numbered above 2, so that dup2() onto 0..2 in a child never
-// clobbers another pipe even when the launcher runs with a standard stream closed.
-Pipe make_pipe(const std::string& what) {
-  int fds[2];
-  if (::pipe2(fds, O_CLOEXEC) != 0) {
-    throw SystemError(errno_message("could not create a pipe for " + what, errno));
-  }
-  Pipe pipe{UniqueFd(fds[0]), UniqueFd(fds[1])};
-  for (UniqueFd* end : {&pipe.read, &pipe.write}) {
-    if (end->get() > STDERR_FILENO) continue;
-    int moved = ::fcntl(end->get(), F_DUPFD_CLOEXEC, STDERR_FILENO + 1);
-    if (moved < 0) throw SystemError(errno_message("could not move a pipe for " + what, errno));
-    end->reset(moved);
-  }
-  return pipe;
-}
-
-void set_nonblocking(int fd) {
-  int flags = ::fcntl(fd, F_GETFL);
-  if (flags < 0 || ::fcntl(fd, F_SETFL, flags | O_NONBLOCK) < 0) {
-    throw SystemError(errno_message("could not make a launcher pipe non-blocking", errno));
-  }
-}
-
-std::string signal_name(int signal_number) {
-  const char* description = ::strsignal(signal_number);
-  return description != nullptr ? description : "unknown signal";
-}
-
-// ---- Signals ---------------------------------------------------------------------------
-//
-// SIGINT, SIGTERM and SIGCHLD are turned into bytes on a self-pipe that the poll loop
-// watches, so all real work happens outside the handler. The pipe lives as long as the
-// process: closing it could race with a handler still running in another thread.
-
-constexpr std::array<int, 3> kRelayedSignals = {SIGINT, SIGTERM, SIGCHLD};
-
-struct WakePipe {
-  int read_fd = -1;
-  int write_fd = -1;
-};
-
-std::atomic<int> g_wake_write_fd{-1};
-
-void relay_signal(int signal_number) {
-  int saved_errno = errno;
-  int fd = g_wake_write_fd.load(std::memory_order_relaxed);
-  if (fd >= 0) {
-    auto byte = static_cast<unsigned char>(signal_number);
-    [[maybe_unused]] ssize_t written = ::write(fd, &byte, 1);  // full pipe: a wake is pending
-  }
-  errno = saved_errno;
-}
-
-const WakePipe& wake_pipe() {
-  static const WakePipe pipe = [] {
-    Pipe created = make_pipe("launcher signals");
-    set_nonblocking(created.read.get());
-    set_nonblocking(created.write.get());
-    // Kept open for the life of the process (see above).
-    return WakePipe{created.read.release(), created.write.release()};
-  }();
-  return pipe;
-}
-
-class SignalRelay {
- public:
-  SignalRelay() : fd_(wake_pipe().read_fd) {
-    take();  // bytes left by an earlier run
-    g_wake_write_fd.store(wake_pipe().write_fd);
-    struct sigaction action {};
-    action.sa_handler = relay_signal;
-    sigemptyset(&action.sa_mask);
-    action.sa_flags = SA_RESTART | SA_NOCLDSTOP;
-    for (std::size_t i = 0; i < kRelayedSignals.size(); ++i) {
-      if (::sigaction(kRelayedSignals[i], &action, &previous_[i]) != 0) {
-        int error = errno;
-        restore(i);
-        throw SystemError(errno_message("could not install the launcher's signal handlers", error));
-      }
-    }
-  }
-  ~SignalRelay() { restore(kRelayedSignals.size()); }
-  SignalRelay(const SignalRelay&) = delete;
-  SignalRelay& operator=(const SignalRelay&) = delete;
-
-  int fd() const { return fd_; }
-
-  // Signals received since the last call, SIGCHLD included, in arrival order.
-  std::vector<int> take() const {
-    std::vector<int> signals;
-    unsigned char buffer[64];
-    while (true) {
-      ssize_t n = ::read(fd_, buffer, sizeof buffer);
-      if (n > 0) {
-        signals.insert(signals.end(), buffer, buffer + n);
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else {
-        return signals;
-      }
-    }
-  }
-
-  // Whether the launcher ignored `signal_number` before the relay took it over.
-  bool was_ignored(int signal_number) const {
-    for (std::size_t i = 0; i < kRelayedSignals.size(); ++i) {
-      if (kRelayedSignals[i] == signal_number) return previous_[i].sa_handler == SIG_IGN;
-    }
-    return false;
-  }
-
- private:
-  void restore(std::size_t count) {
-    for (std::size_t i = 0; i < count; ++i) ::sigaction(kRelayedSignals[i], &previous_[i], nullptr);
-    g_wake_write_fd.store(-1);
-  }
-
-  int fd_;
-  std::array<struct sigaction, kRelayedSignals.size()> previous_{};
-};
-
 // ---- Environment -------------------------------------------------------------------------
 
 using Environment = std::map<std::string, std::string>;
@@ -214,6 +66,12 @@ Environment inherited_environment() {
   return env;
 }
 
+// What a child that could not start writes to its report pipe before _exit().
+struct StartFailure {
+  enum Stage : int { kExec = 0, kNetns = 1 } stage;
+  int error;  // errno
+};
+
 // Everything a child needs between fork() and exec(), prepared beforehand so that the child
 // only makes async-signal-safe calls.
 struct ChildPlan {
@@ -225,6 +83,7 @@ struct ChildPlan {
   int stdout_fd = -1;
   int stderr_fd = -1;
   int exec_report_fd = -1;
+  int netns_fd = -1;  // >= 0: enter this network namespace before exec
   // A launcher started with SIGINT/SIGTERM ignored (nohup, `cmd &` without job control)
   // passes that on, as a shell would; everything else starts with default actions.
   bool ignore_sigint = false;
@@ -272,75 +131,16 @@ void put_fd(int fd, int target) {
   sigemptyset(&none);
   ::sigprocmask(SIG_SETMASK, &none, nullptr);
 
-  ::execvpe(plan.argv[0], plan.argv, plan.envp.data());
-  int error = errno;
-  [[maybe_unused]] ssize_t written = ::write(plan.exec_report_fd, &error, sizeof error);
+  StartFailure failure{StartFailure::kExec, 0};
+  if (plan.netns_fd >= 0 && ::setns(plan.netns_fd, CLONE_NEWNET) != 0) {
+    failure = {StartFailure::kNetns, errno};
+  } else {
+    ::execvpe(plan.argv[0], plan.argv, plan.envp.data());
+    failure.error = errno;
+  }
+  [[maybe_unused]] ssize_t written = ::write(plan.exec_report_fd, &failure, sizeof failure);
   ::_exit(kExecFailureStatus);
 }
-
-// ---- Output ------------------------------------------------------------------------------
-
-// One of the launcher's own output streams. Progress chunks leave the terminal cursor
-// mid-line; the next whole line first erases them (they are redrawn on their next update).
-class OutputSink {
- public:
-  OutputSink(int fd, bool* progress_visible)
-      : fd_(fd), terminal_(::isatty(fd) == 1), progress_visible_(progress_visible) {}
-
-  bool terminal() const { return terminal_; }
-
-  void write_record(const OutputRecord& record) {
-    if (!terminal_) {
-      write_all(record.bytes);
-    } else if (record.is_progress) {
-      write_all(record.bytes);
-      *progress_visible_ = true;
-    } else if (*progress_visible_) {
-      std::string erased;
-      erased.reserve(kEraseLine.size() + record.bytes.size());
-      erased.append(kEraseLine).append(record.bytes);
-      write_all(erased);
-      *progress_visible_ = false;
-    } else {
-      write_all(record.bytes);
-    }
-  }
-
-  // Bytes as they came (prefix_output = false).
-  void write_raw(std::string_view bytes) { write_all(bytes); }
-
-  // Ends a progress line left on the terminal, so whatever comes next starts on a new line.
-  void finish() {
-    if (terminal_ && *progress_visible_) {
-      write_all("\n");
-      *progress_visible_ = false;
-    }
-  }
-
- private:
-  // Output that cannot be written (closed pipe, full disk) is dropped: the ranks' results
-  // matter more than their logs, and the launcher must keep supervising them.
-  void write_all(std::string_view bytes) {
-    while (!bytes.empty() && !broken_) {
-      ssize_t n = ::write(fd_, bytes.data(), bytes.size());
-      if (n > 0) {
-        bytes.remove_prefix(static_cast<std::size_t>(n));
-      } else if (n < 0 && errno == EINTR) {
-        continue;
-      } else if (n < 0 && (errno == EAGAIN || errno == EWOULDBLOCK)) {
-        pollfd waiting{fd_, POLLOUT, 0};
-        ::poll(&waiting, 1, static_cast<int>(kMaxPollWait.count()));
-      } else {
-        broken_ = true;
-      }
-    }
-  }
-
-  int fd_;
-  bool terminal_;
-  bool* progress_visible_;
-  bool broken_ = false;
-};
 
 // ---- Supervision -------------------------------------------------------------------------
 
@@ -404,6 +204,13 @@ class Supervisor {
       if (!null_stdin.valid()) throw SystemError(errno_message("could not open /dev/null", errno));
     }
 
+    for (const std::string& path : options_.host_netns) {
+      netns_.emplace_back(::open(path.c_str(), O_RDONLY | O_CLOEXEC));
+      if (!netns_.back().valid()) {
+        throw SystemError(errno_message("could not open the network namespace " + path, errno));
+      }
+    }
+
     ranks_.reserve(static_cast<std::size_t>(options_.num_processes));
     for (int rank = 0; rank < options_.num_processes; ++rank) {
       if (stopping_) break;  // a rank failed to start, or the launcher was interrupted
@@ -416,9 +223,10 @@ class Supervisor {
     Environment env = inherited;
     env["RANK"] = std::to_string(rank);
     env["WORLD_SIZE"] = std::to_string(options_.num_processes);
-    env["LOCAL_RANK"] = std::to_string(rank);
-    env["LOCAL_WORLD_SIZE"] = std::to_string(options_.num_processes);
-    env["GROUP_RANK"] = "0";
+    const int per_host = ranks_per_host();
+    env["LOCAL_RANK"] = std::to_string(rank % per_host);
+    env["LOCAL_WORLD_SIZE"] = std::to_string(per_host);
+    env["GROUP_RANK"] = std::to_string(rank / per_host);
     env["MASTER_ADDR"] = options_.master_addr;
     env["MASTER_PORT"] = std::to_string(master_port_);
     if (options_.threads_per_process && inherited.count("OMP_NUM_THREADS") == 0) {
@@ -435,6 +243,7 @@ class Supervisor {
     plan.stdin_fd = stdin_fd;
     plan.ignore_sigint = relay_.was_ignored(SIGINT);
     plan.ignore_sigterm = relay_.was_ignored(SIGTERM);
+    if (!netns_.empty()) plan.netns_fd = netns_[rank / per_host].get();
 
     const std::string what = "rank " + std::to_string(rank);
     Pipe out = make_pipe(what + " stdout");
@@ -477,19 +286,27 @@ class Supervisor {
     err.write.reset();
     exec_report.write.reset();
 
-    // The report pipe closes at a successful exec; otherwise it carries exec's errno.
-    int exec_error = 0;
+    // The report pipe closes at a successful exec; otherwise it says what failed.
+    StartFailure failure{};
     ssize_t n;
     do {
-      n = ::read(exec_report.read.get(), &exec_error, sizeof exec_error);
+      n = ::read(exec_report.read.get(), &failure, sizeof failure);
     } while (n < 0 && errno == EINTR);
-    if (n == static_cast<ssize_t>(sizeof exec_error)) {
+    if (n == static_cast<ssize_t>(sizeof failure)) {
       int status = wait_blocking(pid);
       process.running = false;
-      record_failure(
-          process, status,
-          "could not execute '" + options_.command.front() + "': " + std::strerror(exec_error));
+      record_failure(process, status,
+                     failure.stage == StartFailure::kNetns
+                         ? "could not enter the network namespace " +
+                               options_.host_netns[rank / per_host] + ": " +
+                               std::strerror(failure.error)
+                         : "could not execute '" + options_.command.front() +
+                               "': " + std::strerror(failure.error));
     }
+  }
+
+  int ranks_per_host() const {
+    return options_.ranks_per_host > 0 ? options_.ranks_per_host : options_.num_processes;
   }
 
   void supervise() {
@@ -756,6 +573,7 @@ class Supervisor {
   OutputSink stdout_sink_;
   OutputSink stderr_sink_;
   std::vector<RankProcess> ranks_;
+  std::vector<UniqueFd> netns_;        // one per host, when ranks run in network namespaces
   std::vector<OutputRecord> records_;  // scratch, reused for every read
   bool stopping_ = false;
   bool killed_ = false;
@@ -783,6 +601,21 @@ void validate(const LaunchOptions& options) {
   if (options.threads_per_process && *options.threads_per_process < 1) {
     throw ConfigError("threads per process must be at least 1, got " +
                       std::to_string(*options.threads_per_process));
+  }
+  if (options.ranks_per_host < 0 ||
+      (options.ranks_per_host > 0 && options.num_processes % options.ranks_per_host != 0)) {
+    throw ConfigError("ranks per host (" + std::to_string(options.ranks_per_host) +
+                      ") must divide the number of processes (" +
+                      std::to_string(options.num_processes) + ")");
+  }
+  if (!options.host_netns.empty()) {
+    const int per_host =
+        options.ranks_per_host > 0 ? options.ranks_per_host : options.num_processes;
+    const size_t hosts = static_cast<size_t>(options.num_processes / per_host);
+    if (options.host_netns.size() != hosts) {
+      throw ConfigError(std::to_string(options.host_netns.size()) + " network namespaces for " +
+                        std::to_string(hosts) + " hosts");
+    }
   }
   for (const auto& [key, value] : options.extra_env) {
     if (key.empty() || key.find('=') != std::string::npos) {

@@ -2,7 +2,8 @@
 //
 // Starts N copies of a command with torchrun's environment (RANK, WORLD_SIZE, LOCAL_RANK,
 // LOCAL_WORLD_SIZE, GROUP_RANK, MASTER_ADDR, MASTER_PORT), so programs written for
-// torchrun, Slurm or mpirun launches run unchanged. Contracts:
+// torchrun, Slurm or mpirun launches run unchanged. Ranks may be spread over hosts that are
+// network namespaces of this machine (the emulated cluster, emulated_cluster.h). Contracts:
 //  * every output line of rank r is written as "[r] line", stdout to stdout and stderr to
 //    stderr, whole lines only (a final unterminated line is flushed at exit);
 //  * SIGINT/SIGTERM received by the launcher are forwarded to every rank;
@@ -32,6 +33,12 @@ struct LaunchOptions {
   // When set, OMP_NUM_THREADS is set to this value for every rank unless already set in
   // the launcher's environment (torchrun's behaviour).
   std::optional<int> threads_per_process;
+  // Consecutive ranks share a host: rank r is LOCAL_RANK r % K of host GROUP_RANK r / K,
+  // LOCAL_WORLD_SIZE K. 0: every rank on one host (K = num_processes).
+  int ranks_per_host = 0;
+  // Empty: every rank runs in the launcher's network namespace. Otherwise one namespace per
+  // host (a path such as /run/netns/NAME); host h's ranks enter it before exec.
+  std::vector<std::string> host_netns;
   // Ranks whose failure is reported (LaunchResult::tolerated) but does not stop the others:
   // parameter-server workers when the job goes on without a lost worker.
   std::set<int> may_fail;

@@ -73,9 +73,16 @@ namespace {
     comm::ZmqServerTransport transport(name, bind && *bind ? bind : "127.0.0.1");
     std::string endpoint = transport.endpoint();
     if (const auto any = endpoint.find("0.0.0.0"); any != std::string::npos) {
-      // Listening on every interface: tell workers a name they can reach.
-      char host[256] = {0};
-      gethostname(host, sizeof(host) - 1);
+      // Listening on every interface: tell workers an address they can reach, the one of
+      // the interface the job talks over (GLOO_SOCKET_IFNAME) when given, else the host name.
+      std::string host;
+      if (!options.socket_ifname.empty()) {
+        host = comm::interface_address(options.socket_ifname);
+      } else {
+        char name[256] = {0};
+        gethostname(name, sizeof(name) - 1);
+        host = name;
+      }
       endpoint.replace(any, 7, host);
     }
     strategy::ps::ServerOptions server_options;
