@@ -81,6 +81,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
       "quality", "Compression ratio and relative L2 error of every codec on the same inputs");
   quality->callback(
       [&exit_code] { exit_code = run({bench_binary("gradwire_codec_quality").string()}); });
+  add_bench_e2e_command(*bench, exit_code);
 }
 
 }  // namespace gradwire::cli

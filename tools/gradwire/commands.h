@@ -21,4 +21,7 @@ void add_train_command(CLI::App& app, int& exit_code);
 // `gradwire bench codecs ...`: the codec benchmarks.
 void add_bench_command(CLI::App& app, int& exit_code);
 
+// `gradwire bench e2e ...` (bench_e2e_command.cc), added under `bench`.
+void add_bench_e2e_command(CLI::App& bench, int& exit_code);
+
 }  // namespace gradwire::cli

@@ -1,0 +1,411 @@
+// `gradwire bench e2e`: time to accuracy on emulated clusters, gradwire and PyTorch DDP
+// side by side. Runs every configuration of the matrix (e2e_matrix.h) back to back, each
+// in its own `gradwire cluster`, shows progress, and writes into --out:
+//   results.csv           one row per run (e2e_matrix.h's write_csv)
+//   runs/<id>.jsonl       each run's metrics; logs/<id>.log its output
+//   *.png, results.md     plots and tables (bench/e2e/plot_e2e.py, matplotlib)
+//   command.txt           the command that made them
+#include <fcntl.h>
+#include <signal.h>
+#include <spawn.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <iostream>
+#include <memory>
+#include <sstream>
+#include <thread>
+
+#include "commands.h"
+#include "e2e_matrix.h"
+#include "gradwire/core/error.h"
+#include "gradwire/launch/emulated_cluster.h"
+
+extern char** environ;
+
+namespace gradwire::cli {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+
+struct E2eArgs {
+  e2e::Settings settings;
+  std::string bandwidths = "100mbit,1gbit,10gbit";
+  std::string models = "cnn,cnn-wide";
+  std::vector<std::string> configs;
+  std::string targets = "cnn=0.88,cnn-wide=0.88";
+  std::string out;
+  bool no_floor = false;
+  bool no_plots = false;
+};
+
+volatile sig_atomic_t g_stop_signal = 0;
+void remember_stop(int signal_number) { g_stop_signal = signal_number; }
+
+std::vector<std::string> split(const std::string& text) {
+  std::vector<std::string> items;
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    if (!item.empty()) items.push_back(item);
+  }
+  return items;
+}
+
+fs::path self_path() { return fs::read_symlink("/proc/self/exe"); }
+
+// bench/<name> beside the gradwire executable (the build tree copies the scripts there).
+fs::path bench_file(const std::string& name) {
+  for (const auto& candidate :
+       {self_path().parent_path() / "bench" / name, self_path().parent_path() / name}) {
+    if (fs::exists(candidate)) return candidate;
+  }
+  throw ConfigError("bench/" + name + " was not found next to " + self_path().string() +
+                    ": build gradwire with its benchmarks (-DGRADWIRE_BUILD_BENCH=ON)");
+}
+
+std::string duration(double seconds) {
+  if (!(seconds >= 0)) return "?";
+  const long s = std::lround(seconds);
+  char text[32];
+  if (s >= 3600) {
+    std::snprintf(text, sizeof text, "%ldh%02ldm", s / 3600, s % 3600 / 60);
+  } else {
+    std::snprintf(text, sizeof text, "%ldm%02lds", s / 60, s % 60);
+  }
+  return text;
+}
+
+std::string describe(const e2e::Run& run) {
+  return run.model + " " + (run.floor ? std::string("unshaped (compute floor)") : run.bandwidth) +
+         " " + (run.config.system == "ddp" ? run.config.name : "gradwire " + run.config.name) +
+         (run.repeat > 1 ? " #" + std::to_string(run.repeat) : "");
+}
+
+// Checks that the peer can run before hours of runs depend on it.
+void check_python(bool needs_torch) {
+  const std::string modules = needs_torch ? "torch, matplotlib" : "matplotlib";
+  const std::string probe = "/usr/bin/python3 -c 'import " + modules + "' >/dev/null 2>&1";
+  if (std::system(probe.c_str()) != 0) {
+    throw ConfigError("/usr/bin/python3 cannot import " + modules +
+                      ": install Debian's python3-torch and python3-matplotlib "
+                      "(bash scripts/install_deps.sh does)");
+  }
+}
+
+pid_t spawn(const std::vector<std::string>& argv, const std::vector<std::string>& extra_env,
+            const std::string& log_path) {
+  posix_spawn_file_actions_t actions;
+  posix_spawn_file_actions_init(&actions);
+  posix_spawn_file_actions_addopen(&actions, STDIN_FILENO, "/dev/null", O_RDONLY, 0);
+  posix_spawn_file_actions_addopen(&actions, STDOUT_FILENO, log_path.c_str(),
+                                   O_WRONLY | O_CREAT | O_TRUNC, 0644);
+  posix_spawn_file_actions_adddup2(&actions, STDOUT_FILENO, STDERR_FILENO);
+  std::vector<std::string> env_storage;
+  for (char** e = environ; *e; ++e) env_storage.emplace_back(*e);
+  env_storage.insert(env_storage.end(), extra_env.begin(), extra_env.end());
+  std::vector<char*> envp, args;
+  for (auto& e : env_storage) envp.push_back(e.data());
+  envp.push_back(nullptr);
+  for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+  args.push_back(nullptr);
+  pid_t pid = 0;
+  const int error = posix_spawn(&pid, args[0], &actions, nullptr, args.data(), envp.data());
+  posix_spawn_file_actions_destroy(&actions);
+  if (error != 0) throw SystemError(errno_message("cannot start " + argv[0], error));
+  return pid;
+}
+
+class E2eBench {
+ public:
+  E2eBench(const E2eArgs& args, std::vector<e2e::Run> runs)
+      : args_(args),
+        s_(args.settings),
+        runs_(std::move(runs)),
+        out_(args.out),
+        terminal_(::isatty(STDOUT_FILENO) == 1) {}
+
+  int run() {
+    fs::create_directories(out_ / "runs");
+    fs::create_directories(out_ / "logs");
+    const fs::path self = self_path();
+    const fs::path peer = bench_file("ddp_peer.py");
+    const auto started = Clock::now();
+    int failed = 0;
+    for (const e2e::Run& run : runs_) {
+      if (g_stop_signal) break;
+      const int code = run_one(run, self.string(), peer.string());
+      if (code != 0) ++failed;
+      write_results();
+    }
+    write_results();
+    std::cout << "gradwire bench e2e: " << status_.size() << " of " << runs_.size() << " runs in "
+              << duration(seconds_since(started)) << ", " << failed << " failed; results in "
+              << (out_ / "results.csv").string() << std::endl;
+    if (g_stop_signal) return 128 + g_stop_signal;
+    if (!args_.no_plots) plot();
+    return failed ? 1 : 0;
+  }
+
+ private:
+  static double seconds_since(Clock::time_point t) {
+    return std::chrono::duration<double>(Clock::now() - t).count();
+  }
+
+  int run_one(const e2e::Run& run, const std::string& self, const std::string& peer) {
+    const std::string metrics = (out_ / "runs" / (run.id + ".jsonl")).string();
+    const std::string log = (out_ / "logs" / (run.id + ".log")).string();
+    fs::remove(metrics);
+    std::vector<std::string> argv = {self,          "cluster",
+                                     "--hosts",     std::to_string(run.hosts),
+                                     "--bandwidth", run.floor ? "unlimited" : run.bandwidth,
+                                     "--"};
+    const auto command = e2e::run_command(s_, run, self, peer, metrics);
+    argv.insert(argv.end(), command.begin(), command.end());
+    const double target = s_.targets.at(run.model);
+    const size_t total_steps = e2e::steps_per_epoch(s_, run.workers) * s_.epochs;
+
+    std::cout << "[" << run.index << "/" << runs_.size() << "] " << describe(run) << ": started"
+              << (eta_text().empty() ? "" : "; " + eta_text() + " left in all") << std::endl;
+    const auto start = Clock::now();
+    const pid_t pid = spawn(argv, e2e::run_environment(run), log);
+    int status = 0;
+    bool timed_out = false;
+    auto next_line = start + std::chrono::seconds(60);
+    while (true) {
+      const pid_t done = ::waitpid(pid, &status, WNOHANG);
+      if (done == pid) break;
+      if (g_stop_signal || seconds_since(start) > s_.run_timeout_s) {
+        timed_out = !g_stop_signal;
+        stop_child(pid, status);
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(500));
+      const auto now = Clock::now();
+      if (terminal_ || now >= next_line) {
+        const e2e::Outcome o = e2e::read_outcome(metrics, target, run.workers, s_.batch_size);
+        std::string line =
+            "  step " + std::to_string(o.last_step) + "/" + std::to_string(total_steps) +
+            (o.evals.empty() ? std::string() : ", accuracy " + percent(o.evals.back().second)) +
+            ", " + duration(seconds_since(start)) + " in this run";
+        const std::string eta = eta_text(seconds_since(start), run);
+        if (!eta.empty()) line += ", " + eta + " left in all";
+        if (terminal_) {
+          std::cout << "\r\033[K" << line << std::flush;
+        } else {
+          std::cout << line << std::endl;
+        }
+        next_line = now + std::chrono::seconds(60);
+      }
+    }
+    if (terminal_) std::cout << "\r\033[K";
+    const double wall = seconds_since(start);
+    const e2e::Outcome o = e2e::read_outcome(metrics, target, run.workers, s_.batch_size);
+    outcomes_[run.index] = o;
+    const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+    std::string st = "ok";
+    if (timed_out) {
+      st = "timed out";
+    } else if (g_stop_signal) {
+      st = "interrupted";
+    } else if (code != 0 || !o.complete) {
+      st = "failed (exit " + std::to_string(code) + ", see logs/" + run.id + ".log)";
+    }
+    status_[run.index] = st;
+    if (st == "ok") {
+      walls_.push_back({run, wall});
+      if (run.floor) floors_[run.model] = o.train_s;
+    }
+    char summary[256];
+    std::snprintf(summary, sizeof summary, "final %s, %s reached at %s, training %.1f s, wall %s",
+                  percent(o.final_accuracy).c_str(), percent(target).c_str(),
+                  o.time_to_target_s ? (duration(*o.time_to_target_s)).c_str() : "never", o.train_s,
+                  duration(wall).c_str());
+    std::cout << "[" << run.index << "/" << runs_.size() << "] " << describe(run) << ": "
+              << (st == "ok" ? std::string(summary) : st) << std::endl;
+    return st == "ok" ? 0 : 1;
+  }
+
+  static std::string percent(double fraction) {
+    char text[16];
+    std::snprintf(text, sizeof text, "%.2f%%", 100 * fraction);
+    return text;
+  }
+
+  // SIGTERM (the cluster removes its namespaces and stops its ranks), SIGKILL after 60 s.
+  static void stop_child(pid_t pid, int& status) {
+    ::kill(pid, SIGTERM);
+    const auto deadline = Clock::now() + std::chrono::seconds(60);
+    while (Clock::now() < deadline) {
+      if (::waitpid(pid, &status, WNOHANG) == pid) return;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    ::kill(pid, SIGKILL);
+    ::waitpid(pid, &status, 0);
+    std::cerr << "gradwire bench e2e: a cluster had to be killed; run 'gradwire cluster "
+                 "--cleanup' to remove what it left"
+              << std::endl;
+  }
+
+  // Time left in the matrix: each remaining run is estimated by the mean wall time of the
+  // finished runs most like it (same model and bandwidth, else same model, else any).
+  std::string eta_text(double current_elapsed = 0, const e2e::Run& current = e2e::Run{}) const {
+    if (walls_.empty()) return "";
+    const auto estimate = [&](const e2e::Run& run) {
+      double sum[3] = {0, 0, 0};
+      int count[3] = {0, 0, 0};
+      for (const auto& [done, wall] : walls_) {
+        const bool same_model = done.model == run.model;
+        const bool same_link = same_model && done.bandwidth == run.bandwidth;
+        sum[0] += wall, ++count[0];
+        if (same_model) sum[1] += wall, ++count[1];
+        if (same_link) sum[2] += wall, ++count[2];
+      }
+      for (int level = 2; level >= 0; --level) {
+        if (count[level]) return sum[level] / count[level];
+      }
+      return 0.0;
+    };
+    double left = 0;
+    for (const auto& run : runs_) {
+      if (status_.count(run.index)) continue;
+      double expected = estimate(run);
+      if (run.index == current.index) expected = std::max(0.0, expected - current_elapsed);
+      left += expected;
+    }
+    return "about " + duration(left);
+  }
+
+  void write_results() {
+    e2e::write_csv((out_ / "results.csv").string(), s_, runs_, outcomes_, status_, floors_, "runs");
+  }
+
+  void plot() {
+    const fs::path script = bench_file("plot_e2e.py");
+    const std::string command =
+        "/usr/bin/python3 '" + script.string() + "' '" + out_.string() + "'";
+    if (std::system(command.c_str()) != 0) {
+      throw SystemError("the plots could not be made (" + command + ")");
+    }
+  }
+
+  const E2eArgs& args_;
+  const e2e::Settings& s_;
+  std::vector<e2e::Run> runs_;
+  fs::path out_;
+  bool terminal_;
+  std::map<int, e2e::Outcome> outcomes_;
+  std::map<int, std::string> status_;
+  std::map<std::string, double> floors_;
+  std::vector<std::pair<e2e::Run, double>> walls_;
+};
+
+int run_e2e(E2eArgs& args, const std::vector<std::string>& raw_args) {
+  auto& s = args.settings;
+  if (args.out.empty()) throw ConfigError("--out DIR is required");
+  if (s.hosts < 1) throw ConfigError("--hosts must be at least 1");
+  if (s.epochs < 1 || s.runs < 1 || s.batch_size < 1) {
+    throw ConfigError("--epochs, --runs and --batch-size must be at least 1");
+  }
+  s.bandwidths = split(args.bandwidths);
+  s.models = split(args.models);
+  s.configs = args.configs.empty() ? e2e::default_configs() : args.configs;
+  if (s.bandwidths.empty() || s.models.empty()) {
+    throw ConfigError("--bandwidth and --models must name at least one each");
+  }
+  for (const auto& bw : s.bandwidths) launch::parse_rate(bw);  // fails early on a typo
+  s.targets = e2e::parse_targets(args.targets, s.models);
+  s.compute_floor = !args.no_floor;
+  if (!launch::running_as_root()) {
+    throw ConfigError(
+        "gradwire bench e2e runs on emulated clusters, which need root: run it as "
+        "root, e.g. with sudo");
+  }
+  auto runs = e2e::build_matrix(s);
+  bool needs_torch = false;
+  for (const auto& run : runs) needs_torch = needs_torch || run.config.system == "ddp";
+  check_python(needs_torch || !args.no_plots);
+  bench_file("ddp_peer.py");
+  if (!args.no_plots) bench_file("plot_e2e.py");
+
+  fs::create_directories(args.out);
+  std::ofstream command(fs::path(args.out) / "command.txt", std::ios::trunc);
+  command << "gradwire bench e2e";
+  for (const auto& a : raw_args) command << " " << a;
+  command << "\n";
+  std::cout << "gradwire bench e2e: " << runs.size() << " runs (" << s.models.size() << " models x "
+            << s.bandwidths.size() << " bandwidths x " << s.configs.size() << " configurations x "
+            << s.runs << (s.compute_floor ? ", plus compute floors" : "") << ") on " << s.hosts
+            << " emulated hosts, " << s.epochs << " epochs each, into " << args.out << std::endl;
+
+  struct sigaction action {
+  }, old_int{}, old_term{};
+  action.sa_handler = remember_stop;
+  sigemptyset(&action.sa_mask);
+  ::sigaction(SIGINT, &action, &old_int);
+  ::sigaction(SIGTERM, &action, &old_term);
+  E2eBench bench(args, std::move(runs));
+  const int code = bench.run();
+  ::sigaction(SIGINT, &old_int, nullptr);
+  ::sigaction(SIGTERM, &old_term, nullptr);
+  return code;
+}
+
+}  // namespace
+
+void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
+  auto args = std::make_shared<E2eArgs>();
+  auto& s = args->settings;
+  auto* e2e = bench.add_subcommand(
+      "e2e",
+      "Time to accuracy on emulated clusters (root): gradwire's and PyTorch DDP's "
+      "configurations back to back, CSV and plots");
+  e2e->add_option("--hosts", s.hosts, "emulated hosts, one worker each")->capture_default_str();
+  e2e->add_option("--bandwidth", args->bandwidths, "link rates, comma-separated (tc notation)")
+      ->capture_default_str();
+  e2e->add_option("--models", args->models, "models, comma-separated")->capture_default_str();
+  e2e->add_option("--configs", args->configs,
+                  "configurations (space-separated): ddp:HOOK, ps:UPDATER[:CONSISTENCY] or a "
+                  "codec spec; default: every DDP hook and gradwire's main codecs");
+  e2e->add_option("--epochs", s.epochs)->capture_default_str();
+  e2e->add_option("--target-accuracy", args->targets,
+                  "test accuracy to time: 0.88, 88, or per model cnn=0.88,cnn-wide=0.89")
+      ->capture_default_str();
+  e2e->add_option("--runs", s.runs, "runs of each configuration")->capture_default_str();
+  e2e->add_option("--out", args->out, "output directory")->required();
+  e2e->add_option("--batch-size", s.batch_size, "per worker")->capture_default_str();
+  e2e->add_option("--lr", s.lr)->capture_default_str();
+  e2e->add_option("--momentum", s.momentum)->capture_default_str();
+  e2e->add_option("--async-momentum", s.async_momentum,
+                  "momentum of the asynchronous (ps) configurations")
+      ->capture_default_str();
+  e2e->add_option("--seed", s.seed)->capture_default_str();
+  e2e->add_option("--eval-every", s.eval_every, "steps between evaluations (0: a quarter epoch)")
+      ->capture_default_str();
+  e2e->add_option("--train-limit", s.train_limit, "use the first N training samples (0: all)");
+  e2e->add_option("--test-limit", s.test_limit, "use the first N test samples (0: all)");
+  e2e->add_option("--run-timeout", s.run_timeout_s, "seconds before a run is stopped")
+      ->capture_default_str();
+  e2e->add_flag("--no-floor", args->no_floor, "skip the compute-floor runs (none, unshaped)");
+  e2e->add_flag("--no-plots", args->no_plots, "write the CSV only");
+  e2e->callback([args, e2e, &exit_code] {
+    // The command as given, for command.txt beside the results.
+    std::vector<std::string> words;
+    for (const auto* option : e2e->get_options()) {
+      if (option->count() == 0) continue;
+      std::string word = option->get_name();
+      if (option->get_expected_min() > 0) {
+        for (const auto& r : option->results()) word += " " + r;
+      }
+      words.push_back(word);
+    }
+    exit_code = run_e2e(*args, words);
+  });
+}
+
+}  // namespace gradwire::cli

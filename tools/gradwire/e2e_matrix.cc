@@ -1,0 +1,258 @@
+#include "e2e_matrix.h"
+
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+
+#include "gradwire/core/error.h"
+
+namespace gradwire::cli::e2e {
+namespace {
+
+constexpr size_t kFashionMnistTrain = 60000;
+
+std::string number(double value) {
+  std::ostringstream out;
+  out.precision(10);
+  out << value;
+  return out.str();
+}
+
+// A file-name-safe rendering of a configuration: "ps:ddc-asgd" -> "ps-ddc-asgd".
+std::string slug(const std::string& text) {
+  std::string out;
+  for (char c : text) {
+    const bool keep = std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '-';
+    out += keep ? c : '-';
+  }
+  return out;
+}
+
+double parse_accuracy(const std::string& text) {
+  char* end = nullptr;
+  const double value = std::strtod(text.c_str(), &end);
+  if (text.empty() || *end != '\0' || !(value > 0) || value >= 100) {
+    throw ConfigError("--target-accuracy: '" + text +
+                      "' is not an accuracy (a fraction such as 0.88 or a percentage such as 88)");
+  }
+  return value > 1 ? value / 100 : value;
+}
+
+std::string csv_field(const std::string& text) {
+  if (text.find_first_of(",\"\n") == std::string::npos) return text;
+  std::string quoted = "\"";
+  for (char c : text) quoted += c == '"' ? std::string("\"\"") : std::string(1, c);
+  return quoted + "\"";
+}
+
+}  // namespace
+
+std::vector<std::string> default_configs() {
+  return {"ddp:allreduce", "ddp:fp16", "ddp:bf16", "ddp:powersgd", "none", "fp16",       "hylo",
+          "laplace-topk",  "dgc",      "powersgd", "spectral",     "2bit", "ps:ddc-asgd"};
+}
+
+std::map<std::string, double> parse_targets(const std::string& text,
+                                            const std::vector<std::string>& models) {
+  std::map<std::string, double> targets;
+  if (text.find('=') == std::string::npos) {
+    const double all = parse_accuracy(text);
+    for (const auto& m : models) targets[m] = all;
+    return targets;
+  }
+  std::istringstream in(text);
+  for (std::string item; std::getline(in, item, ',');) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) {
+      throw ConfigError("--target-accuracy: '" + item + "' is not MODEL=ACCURACY");
+    }
+    targets[item.substr(0, eq)] = parse_accuracy(item.substr(eq + 1));
+  }
+  for (const auto& m : models) {
+    if (!targets.count(m)) throw ConfigError("--target-accuracy gives no target for model " + m);
+  }
+  return targets;
+}
+
+Config parse_config(const std::string& text) {
+  Config c;
+  c.name = text;
+  if (text.rfind("ddp:", 0) == 0) {
+    c.system = "ddp";
+    c.hook = text.substr(4);
+    if (c.hook != "allreduce" && c.hook != "fp16" && c.hook != "bf16" && c.hook != "powersgd") {
+      throw ConfigError("configuration '" + text +
+                        "': DDP hooks are allreduce, fp16, bf16 and powersgd");
+    }
+    return c;
+  }
+  c.system = "gradwire";
+  if (text.rfind("ps:", 0) == 0) {
+    const std::string rest = text.substr(3);
+    const auto colon = rest.find(':');
+    c.updater = rest.substr(0, colon);
+    c.consistency = colon == std::string::npos ? "asp" : rest.substr(colon + 1);
+    if (c.updater.empty()) throw ConfigError("configuration '" + text + "': no updater");
+    return c;  // the updater and consistency are checked by the run (one list of names)
+  }
+  if (text.empty()) throw ConfigError("an empty configuration in --configs");
+  c.codec = text;
+  return c;
+}
+
+size_t steps_per_epoch(const Settings& settings, int workers) {
+  const size_t n = settings.train_limit > 0 ? std::min(settings.train_limit, kFashionMnistTrain)
+                                            : kFashionMnistTrain;
+  const size_t shard = (n + workers - 1) / workers;
+  return (shard + settings.batch_size - 1) / settings.batch_size;
+}
+
+std::vector<Run> build_matrix(const Settings& settings) {
+  std::vector<Run> runs;
+  const auto add = [&](const Config& config, const std::string& model, const std::string& bw,
+                       int repeat, bool floor) {
+    Run run;
+    run.index = static_cast<int>(runs.size()) + 1;
+    run.config = config;
+    run.model = model;
+    run.bandwidth = bw;
+    run.repeat = repeat;
+    run.floor = floor;
+    run.workers = settings.hosts;
+    run.hosts = settings.hosts + (config.ps() ? 1 : 0);
+    run.id = model + "-" + (floor ? std::string("floor") : slug(bw)) + "-" + config.system + "-" +
+             slug(config.system == "ddp" ? config.hook : config.name) + "-r" +
+             std::to_string(repeat);
+    runs.push_back(run);
+  };
+  if (settings.compute_floor) {
+    for (const auto& model : settings.models)
+      add(parse_config("none"), model, "unlimited", 1, true);
+  }
+  for (const auto& model : settings.models) {
+    for (const auto& bw : settings.bandwidths) {
+      for (const auto& text : settings.configs) {
+        const Config config = parse_config(text);
+        for (int r = 1; r <= settings.runs; ++r) add(config, model, bw, r, false);
+      }
+    }
+  }
+  return runs;
+}
+
+std::vector<std::string> run_command(const Settings& s, const Run& run, const std::string& self,
+                                     const std::string& peer, const std::string& metrics) {
+  const size_t eval_every = s.eval_every > 0
+                                ? s.eval_every
+                                : std::max<size_t>(1, (steps_per_epoch(s, run.workers) + 3) / 4);
+  std::vector<std::string> common = {"--model",      run.model,
+                                     "--epochs",     std::to_string(s.epochs),
+                                     "--batch-size", std::to_string(s.batch_size),
+                                     "--lr",         number(s.lr),
+                                     "--seed",       std::to_string(s.seed),
+                                     "--threads",    "1",
+                                     "--eval-every", std::to_string(eval_every),
+                                     "--metrics",    metrics,
+                                     "--progress",   "none"};
+  if (s.train_limit > 0)
+    common.insert(common.end(), {"--train-limit", std::to_string(s.train_limit)});
+  if (s.test_limit > 0) common.insert(common.end(), {"--test-limit", std::to_string(s.test_limit)});
+  std::vector<std::string> cmd;
+  if (run.config.system == "ddp") {
+    cmd = {"/usr/bin/python3", peer, "--hook", run.config.hook, "--momentum", number(s.momentum)};
+  } else if (run.config.ps()) {
+    cmd = {self,
+           "train",
+           "--worker",
+           "--strategy",
+           "ps",
+           "--updater",
+           run.config.updater,
+           "--consistency",
+           run.config.consistency,
+           "--momentum",
+           number(s.async_momentum)};
+  } else {
+    cmd = {self,         "train",           "--worker", "--compressor", run.config.codec,
+           "--momentum", number(s.momentum)};
+  }
+  cmd.insert(cmd.end(), common.begin(), common.end());
+  return cmd;
+}
+
+std::vector<std::string> run_environment(const Run& run) {
+  if (!run.config.ps()) return {};
+  // The server is the last rank, alone on the extra host; it listens on that host's link.
+  return {"GRADWIRE_NUM_SERVERS=1", "GRADWIRE_PS_BIND=0.0.0.0"};
+}
+
+Outcome read_outcome(const std::string& metrics_path, double target, int workers, int batch_size) {
+  Outcome out;
+  std::ifstream in(metrics_path);
+  for (std::string line; std::getline(in, line);) {
+    nlohmann::json j;
+    try {
+      j = nlohmann::json::parse(line);
+    } catch (const nlohmann::json::exception&) {
+      continue;  // a line still being written
+    }
+    const std::string event = j.value("event", "");
+    if (event == "eval") {
+      const double t = j.value("train_s", 0.0), acc = j.value("test_accuracy", 0.0);
+      out.evals.emplace_back(t, acc);
+      out.last_step = std::max<size_t>(out.last_step, j.value("step", size_t{0}));
+      if (!out.time_to_target_s && acc >= target) out.time_to_target_s = t;
+    } else if (event == "summary") {
+      out.complete = true;
+      out.codec = j.value("codec", "");
+      out.final_accuracy = j.value("test_accuracy", 0.0);
+      out.train_s = j.value("train_s", j.value("elapsed_s", 0.0));
+      const double sent = j.value("bytes_sent", 0.0), received = j.value("bytes_received", 0.0);
+      // Worker steps: per-rank steps x workers, or (parameter server) samples / batch.
+      double steps = j.contains("samples") ? j["samples"].get<double>() / batch_size
+                                           : j.value("steps", 0.0) * workers;
+      if (steps > 0) {
+        out.bytes_per_step = sent / steps;
+        out.bytes_received_per_step = received / steps;
+      }
+    }
+  }
+  return out;
+}
+
+void write_csv(const std::string& path, const Settings& settings, const std::vector<Run>& runs,
+               const std::map<int, Outcome>& outcomes, const std::map<int, std::string>& status,
+               const std::map<std::string, double>& floors, const std::string& runs_dir) {
+  std::ofstream csv(path, std::ios::trunc);
+  if (!csv) throw SystemError(errno_message("cannot write " + path, errno));
+  csv << "system,config,codec,model,bandwidth,run,status,target_accuracy,time_to_target_s,"
+         "final_accuracy,train_s,compute_floor_s,overhead,bytes_per_step,"
+         "bytes_received_per_step,metrics\n";
+  for (const Run& run : runs) {
+    const auto found = outcomes.find(run.index);
+    const auto st = status.find(run.index);
+    if (found == outcomes.end() || st == status.end()) continue;
+    const Outcome& o = found->second;
+    const double target = settings.targets.at(run.model);
+    const auto floor = floors.find(run.model);
+    const bool have_floor = floor != floors.end() && floor->second > 0 && o.complete;
+    char overhead[32] = "";
+    if (have_floor) std::snprintf(overhead, sizeof overhead, "%.4f", o.train_s / floor->second - 1);
+    char ttt[32] = "";
+    if (o.time_to_target_s) std::snprintf(ttt, sizeof ttt, "%.2f", *o.time_to_target_s);
+    csv << run.config.system << "," << csv_field(run.floor ? "none (floor)" : run.config.name)
+        << "," << csv_field(o.codec) << "," << run.model << "," << run.bandwidth << ","
+        << run.repeat << "," << st->second << "," << target << "," << ttt << ","
+        << (o.complete ? number(o.final_accuracy) : "") << ","
+        << (o.complete ? number(o.train_s) : "") << ","
+        << (floor != floors.end() ? number(floor->second) : "") << "," << overhead << ","
+        << (o.complete ? number(std::round(o.bytes_per_step)) : "") << ","
+        << (o.complete ? number(std::round(o.bytes_received_per_step)) : "") << ","
+        << csv_field(runs_dir + "/" + run.id + ".jsonl") << "\n";
+  }
+  if (!csv) throw SystemError(errno_message("writing " + path + " failed", errno));
+}
+
+}  // namespace gradwire::cli::e2e

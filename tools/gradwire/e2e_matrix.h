@@ -1,0 +1,111 @@
+// `gradwire bench e2e`: the matrix of runs (systems x configurations x models x bandwidths),
+// the command line of each run, and what is read back from its metrics file.
+//
+// Every run is one `gradwire cluster` invocation (emulated hosts, shaped links) of either
+// `gradwire train --worker` or the DDP peer (bench/peers/ddp_peer.py); both write the same
+// metrics JSON Lines. A configuration is written
+//   ddp:HOOK                  DDP with hook allreduce, fp16, bf16 or powersgd
+//   ps:UPDATER[:CONSISTENCY]  gradwire on one parameter server (its own host) with UPDATER
+//                             (ddc-asgd, dc-asgd, ...) under CONSISTENCY (default asp)
+//   SPEC                      gradwire allreduce with codec SPEC (none, fp16, hylo, ...)
+#pragma once
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+namespace gradwire::cli::e2e {
+
+// The default matrix's configurations: DDP's baselines, then gradwire's.
+std::vector<std::string> default_configs();
+
+struct Settings {
+  int hosts = 4;
+  std::vector<std::string> bandwidths;  // tc notation; "unlimited" allowed
+  std::vector<std::string> models;
+  std::vector<std::string> configs;
+  int epochs = 3;
+  int runs = 1;
+  int batch_size = 64;
+  double lr = 0.05;
+  double momentum = 0.9;
+  // Momentum of the asynchronous (ps) configurations: 0.9 diverges with 4 asynchronous
+  // workers (implicit momentum, docs/PARAMETER_SERVER.md); 0.6 is the documented setting.
+  double async_momentum = 0.6;
+  uint64_t seed = 0;
+  size_t eval_every = 0;  // 0: a quarter of an epoch
+  size_t train_limit = 0;
+  size_t test_limit = 0;
+  std::map<std::string, double> targets;  // model -> target test accuracy in (0, 1)
+  bool compute_floor = true;              // also run `none` unshaped per model
+  double run_timeout_s = 7200;
+};
+
+// "0.88", "88" or "cnn=0.88,cnn-wide=89": a target for every model (fractions or percent).
+std::map<std::string, double> parse_targets(const std::string& text,
+                                            const std::vector<std::string>& models);
+
+struct Config {
+  std::string name;                  // as written in --configs
+  std::string system;                // "gradwire" or "ddp"
+  std::string hook;                  // ddp: allreduce, fp16, bf16, powersgd
+  std::string codec;                 // gradwire allreduce: the --compressor spec
+  std::string updater, consistency;  // ps
+  bool ps() const { return !updater.empty(); }
+};
+
+// ConfigError for an unknown hook, updater or consistency (codec specs are checked by the
+// run itself, which fails with the codec registry's message).
+Config parse_config(const std::string& text);
+
+struct Run {
+  int index = 0;  // 1-based position in the matrix
+  Config config;
+  std::string model;
+  std::string bandwidth;
+  int repeat = 1;      // 1..runs
+  bool floor = false;  // the model's compute floor (none, unshaped)
+  std::string id;      // file-name stem: e.g. "cnn-100mbit-gradwire-hylo-r1"
+  int hosts = 0;       // emulated hosts (workers, plus one for a parameter server)
+  int workers = 0;
+};
+
+// Floors first (one per model), then model x bandwidth x config x repeat, in that nesting.
+std::vector<Run> build_matrix(const Settings& settings);
+
+// Steps of one worker per epoch (DistributedSampler's shard in batches).
+size_t steps_per_epoch(const Settings& settings, int workers);
+
+// The program and arguments each rank of `run` executes. `self` is the gradwire
+// executable, `peer` bench/peers/ddp_peer.py; the metrics go to `metrics`.
+std::vector<std::string> run_command(const Settings& settings, const Run& run,
+                                     const std::string& self, const std::string& peer,
+                                     const std::string& metrics);
+// Environment for the cluster process (parameter-server roles), as NAME=value.
+std::vector<std::string> run_environment(const Run& run);
+
+// What a finished run's metrics file says.
+struct Outcome {
+  bool complete = false;                         // a summary line was found
+  std::string codec;                             // the codec in use, as the run printed it
+  std::vector<std::pair<double, double>> evals;  // (train_s, test_accuracy)
+  std::optional<double> time_to_target_s;
+  double final_accuracy = 0;
+  double train_s = 0;
+  double bytes_per_step = 0;           // sent per worker per step (its contribution)
+  double bytes_received_per_step = 0;  // pulled per worker per step (parameter server)
+  size_t last_step = 0;                // progress so far
+};
+
+// Reads a metrics file (complete or still being written); a missing file is an empty
+// outcome.
+Outcome read_outcome(const std::string& metrics_path, double target, int workers, int batch_size);
+
+// Writes results.csv: one row per run (run order), the header first.
+void write_csv(const std::string& path, const Settings& settings, const std::vector<Run>& runs,
+               const std::map<int, Outcome>& outcomes, const std::map<int, std::string>& status,
+               const std::map<std::string, double>& floors, const std::string& runs_dir);
+
+}  // namespace gradwire::cli::e2e
