@@ -15,7 +15,15 @@
 //                        signal S" and exit 0
 //   leave-grandchild     fork a child that ignores SIGTERM and sleeps, print both pids, exit 0
 //   sleep MS             sleep MS milliseconds, exit 0
+//   netns                "netns=<inode>" of this process's network namespace, exit 0
+//   stream SECONDS       rank 0 listens on MASTER_ADDR:MASTER_PORT; every other rank sends
+//                        zeros to it for SECONDS; rank 0 prints "received B bytes in S s"
+//                        (first byte to the last sender's end), exit 0
+#include <arpa/inet.h>
+#include <netinet/in.h>
 #include <signal.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
 #include <unistd.h>
 
 #include <chrono>
@@ -58,6 +66,65 @@ void ignore_sigterm_and_sigint() {
 
 volatile sig_atomic_t g_signal = 0;
 void remember_signal(int signal_number) { g_signal = signal_number; }
+
+// Rank 0 of "stream": accepts `senders` connections and counts what arrives until every
+// one has closed.
+int receive_stream(int senders) {
+  const int listener = ::socket(AF_INET, SOCK_STREAM, 0);
+  const int one = 1;
+  ::setsockopt(listener, SOL_SOCKET, SO_REUSEADDR, &one, sizeof one);
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(env_int("MASTER_PORT")));
+  ::inet_pton(AF_INET, std::getenv("MASTER_ADDR"), &address.sin_addr);
+  if (::bind(listener, reinterpret_cast<sockaddr*>(&address), sizeof address) != 0 ||
+      ::listen(listener, senders) != 0) {
+    write_out(STDERR_FILENO, "stream: cannot listen\n");
+    return 1;
+  }
+  long long bytes = 0;
+  std::chrono::steady_clock::time_point first{};
+  char buffer[1 << 16];
+  for (int i = 0; i < senders; ++i) {
+    const int connection = ::accept(listener, nullptr, nullptr);
+    if (connection < 0) return 1;
+    while (true) {
+      const ssize_t n = ::read(connection, buffer, sizeof buffer);
+      if (n <= 0) break;
+      if (bytes == 0) first = std::chrono::steady_clock::now();
+      bytes += n;
+    }
+    ::close(connection);
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - first).count();
+  say("received " + std::to_string(bytes) + " bytes in " + std::to_string(seconds) + " s");
+  return 0;
+}
+
+// Other ranks of "stream": connect (retrying while rank 0 starts), send for `seconds`.
+int send_stream(double seconds) {
+  sockaddr_in address{};
+  address.sin_family = AF_INET;
+  address.sin_port = htons(static_cast<uint16_t>(env_int("MASTER_PORT")));
+  ::inet_pton(AF_INET, std::getenv("MASTER_ADDR"), &address.sin_addr);
+  int sock = -1;
+  for (int attempt = 0; attempt < 100; ++attempt) {
+    sock = ::socket(AF_INET, SOCK_STREAM, 0);
+    if (::connect(sock, reinterpret_cast<sockaddr*>(&address), sizeof address) == 0) break;
+    ::close(sock);
+    sock = -1;
+    sleep_for(std::chrono::milliseconds(100));
+  }
+  if (sock < 0) return 1;
+  static char zeros[1 << 16];
+  const auto end = std::chrono::steady_clock::now() + std::chrono::duration<double>(seconds);
+  while (std::chrono::steady_clock::now() < end) {
+    if (::write(sock, zeros, sizeof zeros) <= 0) return 1;
+  }
+  ::close(sock);
+  return 0;
+}
 
 int usage() {
   write_out(STDERR_FILENO, "gradwire_test_helper: unknown or incomplete command\n");
@@ -169,6 +236,15 @@ int main(int argc, char** argv) {
     print_pid();
     sleep_for(std::chrono::milliseconds(100));  // let the grandchild ignore SIGTERM first
     return 0;
+  }
+  if (command == "netns") {
+    struct stat ns {};
+    if (::stat("/proc/self/ns/net", &ns) != 0) return 1;
+    say("netns=" + std::to_string(ns.st_ino));
+    return 0;
+  }
+  if (command == "stream" && argc == 3) {
+    return rank == 0 ? receive_stream(env_int("WORLD_SIZE") - 1) : send_stream(std::atof(argv[2]));
   }
   if (command == "sleep" && argc == 3) {
     sleep_for(std::chrono::milliseconds(std::atoi(argv[2])));

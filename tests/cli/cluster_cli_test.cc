@@ -1,0 +1,284 @@
+// `gradwire cluster` and `gradwire bench e2e` as a user runs them, as real processes: the
+// cluster removes its namespaces when stopped (SIGTERM) and `--cleanup` removes what a
+// SIGKILLed one left; the DDP peer trains with every hook inside a cluster; the bench writes
+// its CSV and plots. Tests that need root and network namespaces skip where they cannot
+// run. Every process is bounded in time (timeout, or a guard that kills it) and every
+// namespace a test made is removed when the test ends, whatever happens.
+#include <fcntl.h>
+#include <gtest/gtest.h>
+#include <signal.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <sstream>
+#include <thread>
+
+#include "../common/command_runner.h"
+#include "gradwire/launch/emulated_cluster.h"
+#include "gradwire/launch/tool_command.h"
+
+namespace {
+
+using gradwire::testing::run_command;
+using Clock = std::chrono::steady_clock;
+namespace launch = gradwire::launch;
+
+std::string temp_path(const std::string& name) {
+  return gradwire::testing::temp_path("gradwire_cluster_test_", name);
+}
+
+std::vector<std::string> namespaces_with_prefix(const std::string& prefix) {
+  std::vector<std::string> found;
+  std::istringstream lines(launch::run_tool({"ip", "netns", "list"}).output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.rfind(prefix, 0) == 0) found.push_back(line.substr(0, line.find(' ')));
+  }
+  return found;
+}
+
+bool netns_usable() {
+  if (!launch::running_as_root()) return false;
+  static const bool usable = [] {
+    const std::string name = "gwcprobe" + std::to_string(::getpid());
+    const bool ok = launch::run_tool({"ip", "netns", "add", name}).status == 0;
+    launch::run_tool({"ip", "netns", "delete", name});
+    return ok;
+  }();
+  return usable;
+}
+
+#define SKIP_WITHOUT_NETNS()                                                  \
+  do {                                                                        \
+    if (!netns_usable()) GTEST_SKIP() << "needs root and network namespaces"; \
+  } while (0)
+
+std::vector<nlohmann::json> read_lines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// A `gradwire cluster` started in the background with its output in a file. Whatever the
+// test does, the process is killed and stale clusters are removed when this goes.
+class BackgroundCluster {
+ public:
+  explicit BackgroundCluster(std::vector<std::string> args) : output_(temp_path("cluster.out")) {
+    args.insert(args.begin(), {GRADWIRE_CLI, "cluster"});
+    pid_ = ::fork();
+    if (pid_ == 0) {
+      const int fd = ::open(output_.c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0644);
+      ::dup2(fd, STDOUT_FILENO);
+      ::dup2(fd, STDERR_FILENO);
+      std::vector<char*> argv;
+      for (auto& a : args) argv.push_back(a.data());
+      argv.push_back(nullptr);
+      ::execv(argv[0], argv.data());
+      ::_exit(127);
+    }
+  }
+  ~BackgroundCluster() {
+    if (running_) {
+      ::kill(pid_, SIGKILL);
+      ::waitpid(pid_, nullptr, 0);
+    }
+    launch::remove_stale_clusters();
+    std::filesystem::remove(output_);
+  }
+
+  pid_t pid() const { return pid_; }
+  std::string prefix() const { return "gwc" + std::to_string(pid_) + "c"; }
+  std::string output() const {
+    std::ifstream in(output_);
+    return std::string(std::istreambuf_iterator<char>(in), {});
+  }
+
+  // Waits until every rank printed `marker` (bounded).
+  bool wait_for(const std::string& marker, int count, std::chrono::seconds limit) {
+    const auto deadline = Clock::now() + limit;
+    while (Clock::now() < deadline) {
+      const std::string text = output();
+      int seen = 0;
+      for (size_t at = text.find(marker); at != std::string::npos; at = text.find(marker, at + 1)) {
+        ++seen;
+      }
+      if (seen >= count) return true;
+      std::this_thread::sleep_for(std::chrono::milliseconds(100));
+    }
+    return false;
+  }
+
+  // The exit status (128 + signal when killed), or -1 if it did not end within `limit`.
+  int wait_exit(std::chrono::seconds limit) {
+    const auto deadline = Clock::now() + limit;
+    int status = 0;
+    while (Clock::now() < deadline) {
+      if (::waitpid(pid_, &status, WNOHANG) == pid_) {
+        running_ = false;
+        return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    }
+    return -1;
+  }
+
+  // The pids the ranks printed ("pid=P").
+  std::vector<pid_t> rank_pids() const {
+    std::vector<pid_t> pids;
+    const std::string text = output();
+    for (size_t at = text.find("pid="); at != std::string::npos; at = text.find("pid=", at + 1)) {
+      pids.push_back(static_cast<pid_t>(std::stol(text.substr(at + 4))));
+    }
+    return pids;
+  }
+
+ private:
+  std::string output_;
+  pid_t pid_ = -1;
+  bool running_ = true;
+};
+
+bool process_gone(pid_t pid, std::chrono::seconds limit) {
+  const auto deadline = Clock::now() + limit;
+  while (Clock::now() < deadline) {
+    if (::kill(pid, 0) != 0 && errno == ESRCH) return true;
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+  }
+  return false;
+}
+
+TEST(ClusterCliTest, SigtermStopsTheRanksAndRemovesEveryNamespace) {
+  SKIP_WITHOUT_NETNS();
+  // "hang" ignores SIGTERM: the cluster must SIGKILL it after the grace period, then clean.
+  BackgroundCluster cluster({"--hosts", "2", "--bandwidth", "100mbit", "--grace-seconds", "1", "--",
+                             GRADWIRE_TEST_HELPER, "hang"});
+  ASSERT_TRUE(cluster.wait_for("ready", 2, std::chrono::seconds(30))) << cluster.output();
+  EXPECT_EQ(namespaces_with_prefix(cluster.prefix()).size(), 3u);
+  const auto ranks = cluster.rank_pids();
+  ASSERT_EQ(ranks.size(), 2u) << cluster.output();
+  ASSERT_EQ(::kill(cluster.pid(), SIGTERM), 0);
+  EXPECT_EQ(cluster.wait_exit(std::chrono::seconds(30)), 128 + SIGTERM) << cluster.output();
+  EXPECT_TRUE(namespaces_with_prefix(cluster.prefix()).empty());
+  for (pid_t rank : ranks) EXPECT_TRUE(process_gone(rank, std::chrono::seconds(5))) << rank;
+}
+
+TEST(ClusterCliTest, CleanupRemovesWhatAKilledClusterLeft) {
+  SKIP_WITHOUT_NETNS();
+  BackgroundCluster cluster(
+      {"--hosts", "2", "--bandwidth", "100mbit", "--", GRADWIRE_TEST_HELPER, "hang"});
+  ASSERT_TRUE(cluster.wait_for("ready", 2, std::chrono::seconds(30))) << cluster.output();
+  const auto ranks = cluster.rank_pids();
+  ASSERT_EQ(::kill(cluster.pid(), SIGKILL), 0);
+  EXPECT_EQ(cluster.wait_exit(std::chrono::seconds(10)), 128 + SIGKILL);
+  // The ranks die with their launcher; the namespaces stay until --cleanup.
+  for (pid_t rank : ranks) EXPECT_TRUE(process_gone(rank, std::chrono::seconds(5))) << rank;
+  EXPECT_EQ(namespaces_with_prefix(cluster.prefix()).size(), 3u);
+  const auto r = run_command(std::string(GRADWIRE_CLI) + " cluster --cleanup", 60);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("removed " + cluster.prefix()), std::string::npos) << r.output;
+  EXPECT_TRUE(namespaces_with_prefix(cluster.prefix()).empty());
+}
+
+TEST(ClusterCliTest, DelayIsRefusedClearlyWhereTheKernelHasNoNetem) {
+  SKIP_WITHOUT_NETNS();
+  const auto r = run_command(std::string(GRADWIRE_CLI) + " cluster --hosts 2 --delay 5 -- " +
+                                 GRADWIRE_TEST_HELPER + " sleep 10",
+                             60);
+  if (r.status == 0) GTEST_SUCCEED() << "this kernel has netem: the delay was applied";
+  if (r.status != 0) {
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find("netem"), std::string::npos) << r.output;
+  }
+  launch::remove_stale_clusters();
+}
+
+TEST(ClusterCliTest, ABadRateIsAUsageError) {
+  const auto r = run_command(
+      std::string(GRADWIRE_CLI) + " cluster --hosts 2 --bandwidth 100furlongs -- true", 30);
+  EXPECT_EQ(r.status, 2) << r.output;
+  EXPECT_TRUE(r.output.find("not a rate") != std::string::npos ||
+              r.output.find("needs root") != std::string::npos)
+      << r.output;
+}
+
+// Every DDP hook trains a few steps between two emulated hosts and writes metrics in
+// gradwire train's format, with the bytes each hook should send.
+TEST(DdpPeerTest, EveryHookTrainsInAClusterAndWritesMetrics) {
+  SKIP_WITHOUT_NETNS();
+  const std::map<std::string, std::pair<double, double>> ratio = {{"allreduce", {1.0, 1.0}},
+                                                                  {"fp16", {0.5, 0.5}},
+                                                                  {"bf16", {0.5, 0.5}},
+                                                                  {"powersgd", {0.01, 0.9}}};
+  for (const auto& [hook, bounds] : ratio) {
+    const std::string metrics = temp_path(hook + ".jsonl");
+    const auto r = run_command(std::string(GRADWIRE_CLI) +
+                                   " cluster --hosts 2 --bandwidth 200mbit -- /usr/bin/python3 " +
+                                   GRADWIRE_DDP_PEER + " --hook " + hook +
+                                   " --epochs 1 --train-limit 512 --test-limit 200 --batch-size 32"
+                                   " --eval-every 3 --progress none --metrics " +
+                                   metrics,
+                               180);
+    ASSERT_EQ(r.status, 0) << hook << "\n" << r.output;
+    const auto lines = read_lines(metrics);
+    ASSERT_GE(lines.size(), 4u) << hook;
+    int evals = 0;
+    double last_train_s = 0;
+    for (const auto& line : lines) {
+      if (line["event"] != "eval") continue;
+      ++evals;
+      EXPECT_GT(line["train_s"].get<double>(), last_train_s) << line;
+      last_train_s = line["train_s"].get<double>();
+    }
+    EXPECT_EQ(evals, 3) << hook;  // steps 3 and 6, and the epoch's end at step 8
+    const auto& summary = lines.back();
+    EXPECT_EQ(summary["event"], "summary") << hook;
+    EXPECT_EQ(summary["strategy"], "ddp");
+    EXPECT_EQ(summary["workers"], 2);
+    EXPECT_EQ(summary["steps"], 8);
+    ASSERT_EQ(summary["param_checksums"].size(), 2u);
+    EXPECT_EQ(summary["param_checksums"][0], summary["param_checksums"][1]) << hook;
+    const double sent = summary["bytes_sent"].get<double>();
+    const double dense = summary["bytes_dense"].get<double>();
+    EXPECT_GE(sent / dense, bounds.first) << hook;
+    EXPECT_LE(sent / dense, bounds.second) << hook;
+    EXPECT_LE(summary["train_s"].get<double>(), summary["elapsed_s"].get<double>());
+    std::filesystem::remove(metrics);
+  }
+}
+
+// `gradwire bench e2e` end to end on a tiny matrix: a compute floor and one configuration.
+TEST(BenchE2eTest, TinyMatrixWritesCsvAndPlots) {
+  SKIP_WITHOUT_NETNS();
+  const std::string out = temp_path("e2e");
+  std::filesystem::remove_all(out);
+  const auto r = run_command(std::string(GRADWIRE_CLI) +
+                                 " bench e2e --hosts 2 --bandwidth 50mbit --models cnn "
+                                 "--configs fp16 --epochs 1 --train-limit 512 --test-limit 200 "
+                                 "--batch-size 32 --target-accuracy 0.2 --out " +
+                                 out,
+                             300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("[2/2] cnn 50mbit gradwire fp16: final"), std::string::npos) << r.output;
+  std::ifstream csv(out + "/results.csv");
+  std::vector<std::string> rows;
+  for (std::string line; std::getline(csv, line);) rows.push_back(line);
+  ASSERT_EQ(rows.size(), 3u) << r.output;
+  EXPECT_EQ(rows[0].rfind("system,config,codec,model,bandwidth,run,status,", 0), 0u) << rows[0];
+  EXPECT_NE(rows[1].find("none (floor)"), std::string::npos) << rows[1];
+  EXPECT_NE(rows[2].find("gradwire,fp16,fp16:ef=0,cnn,50mbit,1,ok,0.2,"), std::string::npos)
+      << rows[2];
+  for (const char* png : {"accuracy_vs_time.png", "time_to_target.png", "overhead.png"}) {
+    std::ifstream in(out + "/" + png, std::ios::binary);
+    char magic[4] = {0};
+    in.read(magic, 4);
+    EXPECT_EQ(std::string(magic + 1, 3), "PNG") << png;
+  }
+  EXPECT_TRUE(std::filesystem::exists(out + "/results.md"));
+  std::filesystem::remove_all(out);
+}
+
+}  // namespace
