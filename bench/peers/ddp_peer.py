@@ -19,7 +19,9 @@ evaluates (on every core, the others waiting at a barrier).
 Hooks (--hook): allreduce (DDP's default_hooks.allreduce_hook, what DDP does without a
 hook), fp16 and bf16 (default_hooks.fp16_compress_hook / bf16_compress_hook) and powersgd
 (powerSGD_hook.powerSGD_hook with DDP's recommended settings: error feedback, warm start,
-vanilla allreduce for the first --powersgd-start-iter steps, 10% of the run by default).
+vanilla allreduce for the first --powersgd-start-iter steps, 10% of the run by default;
+one bucket for the whole model, as its second allreduce, sent from the first's callback,
+can otherwise reach Gloo in different orders on different ranks, which Gloo aborts on).
 Gloo in torch 1.13 cannot sum bfloat16 ("Invalid scalar type"); there the bf16 hook's
 allreduce runs as a ring (reduce-scatter then allgather) of bfloat16 chunks over
 send/recv, inside the hook, so it does not overlap backward as Gloo's asynchronous
@@ -327,7 +329,15 @@ def main(argv):
     test_x, test_y = load_fashion_mnist(args.data_dir, False, args.test_limit) if root else (None, None)
     torch.manual_seed(args.seed)
     model = make_model(args.model)
-    ddp = DistributedDataParallel(model, bucket_cap_mb=args.bucket_mb)
+    bucket_mb = args.bucket_mb
+    if args.hook == "powersgd":
+        # PowerSGD's hook sends its second allreduce (Q) from the first's (P) callback. With
+        # more than one bucket, ranks can then hand Gloo their collectives in different
+        # orders, and Gloo aborts ("op.preamble.length <= op.nbytes", seen on cnn-wide): one
+        # bucket for the whole model, the first included (DDP's documented knob).
+        bucket_mb = max(bucket_mb, 4 * sum(p.numel() for p in model.parameters()) / 2**20 + 1)
+        dist._DEFAULT_FIRST_BUCKET_BYTES = int(bucket_mb * 2**20)
+    ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
     per_rank = (len(train_y) + world - 1) // world
     steps = (per_rank + args.batch_size - 1) // args.batch_size
     counter = ByteCounter()

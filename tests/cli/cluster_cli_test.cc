@@ -250,6 +250,28 @@ TEST(DdpPeerTest, EveryHookTrainsInAClusterAndWritesMetrics) {
   }
 }
 
+// A parameter server's last replies are whole models: over a slow link they take longer
+// than the socket's default linger, and a server that exits without them left its workers
+// waiting forever (found by the e2e bench; the fix: the server's socket waits for them).
+TEST(ClusterCliTest, ParameterServerJobEndsOnASlowLink) {
+  SKIP_WITHOUT_NETNS();
+  const std::string metrics = temp_path("ps.jsonl");
+  const auto r = run_command(
+      "env GRADWIRE_NUM_SERVERS=1 GRADWIRE_PS_BIND=0.0.0.0 " + std::string(GRADWIRE_CLI) +
+          " cluster --hosts 3 --bandwidth 100mbit -- " + GRADWIRE_CLI +
+          " train --worker --strategy ps --consistency asp --updater ddc-asgd --momentum 0.6"
+          " --model cnn-wide --epochs 1 --batch-size 32 --train-limit 128 --test-limit 200"
+          " --eval-every 2 --progress none --metrics " +
+          metrics,
+      120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto lines = read_lines(metrics);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back()["event"], "summary");
+  EXPECT_GE(lines.back()["samples"].get<int>(), 128);  // the whole budget was trained
+  std::filesystem::remove(metrics);
+}
+
 // `gradwire bench e2e` end to end on a tiny matrix: a compute floor and one configuration.
 TEST(BenchE2eTest, TinyMatrixWritesCsvAndPlots) {
   SKIP_WITHOUT_NETNS();

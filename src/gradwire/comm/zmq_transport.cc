@@ -2,6 +2,7 @@
 
 #include <zmq.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <mutex>
 #include <set>
@@ -128,6 +129,13 @@ ZmqSocket::ZmqSocket(std::shared_ptr<void> context, int type) : context_(std::mo
 }
 
 ZmqSocket::~ZmqSocket() { zmq_close(socket_); }
+
+void ZmqSocket::set_linger(std::chrono::milliseconds linger) {
+  const int value = static_cast<int>(std::min<int64_t>(linger.count(), INT32_MAX));
+  if (zmq_setsockopt(socket_, ZMQ_LINGER, &value, sizeof(value)) != 0) {
+    throw SystemError(std::string("cannot set ZMQ_LINGER: ") + zmq_strerror(zmq_errno()));
+  }
+}
 
 }  // namespace detail
 

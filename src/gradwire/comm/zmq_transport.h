@@ -14,7 +14,8 @@
 //    the server's send() to a worker that is not connected returns false at once
 //    (ZMQ_ROUTER_MANDATORY). A worker's send() queues while its server is unreachable
 //    (ZeroMQ reconnects in the background), up to the queue limit.
-//  * Sockets linger at most kZmqLinger on close, so destroying a transport never hangs.
+//  * Sockets linger at most kZmqLinger on close (or what set_linger() says), so destroying a
+//    transport never hangs for long.
 //  * A worker that reconnects under a name already connected takes the name over
 //    (ZMQ_ROUTER_HANDOVER), so a restarted worker is not locked out by its stale connection.
 //
@@ -53,6 +54,8 @@ class ZmqSocket {
   ZmqSocket& operator=(const ZmqSocket&) = delete;
 
   void* get() const { return socket_; }
+  // How long close waits for messages not yet sent (ZMQ_LINGER).
+  void set_linger(std::chrono::milliseconds linger);
 
  private:
   std::shared_ptr<void> context_;
@@ -77,6 +80,11 @@ class ZmqServerTransport : public Transport {
   const std::string& name() const override { return name_; }
   // The address workers connect to, e.g. "tcp://127.0.0.1:41234".
   std::string endpoint() const { return endpoint_; }
+
+  // How long destroying this transport waits for replies still on their way (default
+  // kZmqLinger). A parameter server's last answers carry whole models: on a slow link they
+  // take seconds, and a server that exits before they are out leaves its workers waiting.
+  void set_linger(std::chrono::milliseconds linger) { socket_.set_linger(linger); }
 
   bool send(const std::string& peer, std::span<const uint8_t> bytes) override;
   std::optional<Received> receive(std::chrono::milliseconds timeout) override;

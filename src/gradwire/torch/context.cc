@@ -71,6 +71,9 @@ namespace {
   try {
     const char* bind = std::getenv("GRADWIRE_PS_BIND");
     comm::ZmqServerTransport transport(name, bind && *bind ? bind : "127.0.0.1");
+    // The last replies (whole models) still go out after run() returns: on a slow link that
+    // takes seconds, so the socket waits for them up to the collective timeout on close.
+    transport.set_linger(options.collective_timeout);
     std::string endpoint = transport.endpoint();
     if (const auto any = endpoint.find("0.0.0.0"); any != std::string::npos) {
       // Listening on every interface: tell workers an address they can reach, the one of
