@@ -189,10 +189,14 @@ class E2eBench {
       const auto now = Clock::now();
       if (terminal_ || now >= next_line) {
         const e2e::Outcome o = e2e::read_outcome(metrics, target, run.workers, s_.batch_size);
+        // A parameter-server run evaluates after training (train/trainer.h): no steps yet.
         std::string line =
-            "  step " + std::to_string(o.last_step) + "/" + std::to_string(total_steps) +
-            (o.evals.empty() ? std::string() : ", accuracy " + percent(o.evals.back().second)) +
-            ", " + duration(seconds_since(start)) + " in this run";
+            run.config.ps()
+                ? "  training (a parameter-server run is evaluated after training)"
+                : "  step " + std::to_string(o.last_step) + "/" + std::to_string(total_steps) +
+                      (o.evals.empty() ? std::string()
+                                       : ", accuracy " + percent(o.evals.back().second));
+        line += ", " + duration(seconds_since(start)) + " in this run";
         const std::string eta = eta_text(seconds_since(start), run);
         if (!eta.empty()) line += ", " + eta + " left in all";
         if (terminal_) {
