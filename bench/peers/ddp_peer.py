@@ -359,15 +359,13 @@ def main(argv):
     clock = TrainingClock()
     state = {"step": 0, "evaluated": 0, "accuracy": 0.0}
 
-    def evaluate_now(epoch):
-        clock.pause()
+    def evaluate_now(epoch):  # with the clock paused
         if root:
             state["accuracy"] = evaluate(model, test_x, test_y)
             write({"event": "eval", "epoch": epoch, "step": state["step"],
                    "train_s": clock.seconds(), "test_accuracy": state["accuracy"]})
         dist.barrier()
         state["evaluated"] = state["step"]
-        clock.resume()
 
     def all_ranks_sum(value):
         t = torch.tensor([float(value)], dtype=torch.float64)
@@ -379,6 +377,7 @@ def main(argv):
     last = {}
     for epoch in range(1, args.epochs + 1):
         indices = torch.tensor(shard(len(train_y), rank, world, args.seed, epoch), dtype=torch.int64)
+        clock.resume()
         epoch_start = clock.seconds()
         loss_sum, samples = 0.0, 0
         for step in range(steps):
@@ -395,7 +394,11 @@ def main(argv):
                 print(f"epoch {epoch}/{args.epochs} {100 * (step + 1) // steps:3d}% loss "
                       f"{loss_sum / samples:.4f} {rate:.0f} samples/s", flush=True)
             if args.eval_every > 0 and state["step"] % args.eval_every == 0 and step + 1 < steps:
+                clock.pause()
                 evaluate_now(epoch)
+                clock.resume()
+        # Evaluation and the epoch's bookkeeping are not training time.
+        clock.pause()
         train_s = clock.seconds() - epoch_start
         if state["evaluated"] != state["step"]:
             evaluate_now(epoch)

@@ -36,9 +36,13 @@ TEST(CliTest, TrainTwoWorkersOneEpochWritesMetrics) {
   std::string line;
   std::vector<nlohmann::json> lines;
   while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
-  ASSERT_EQ(lines.size(), 2u);
-  EXPECT_EQ(lines[0]["event"], "epoch");
-  const auto& summary = lines[1];
+  ASSERT_EQ(lines.size(), 3u);
+  EXPECT_EQ(lines[0]["event"], "eval");  // the epoch's end, evaluated with the clock stopped
+  EXPECT_EQ(lines[1]["event"], "epoch");
+  EXPECT_EQ(lines[0]["test_accuracy"], lines[1]["test_accuracy"]);
+  EXPECT_EQ(lines[0]["train_s"], lines[1]["train_s"]);
+  EXPECT_LT(lines[1]["train_s"].get<double>(), lines[1]["elapsed_s"].get<double>());
+  const auto& summary = lines[2];
   EXPECT_EQ(summary["event"], "summary");
   EXPECT_EQ(summary["workers"], 2);
   EXPECT_GT(summary["test_accuracy"].get<double>(), 0.80);

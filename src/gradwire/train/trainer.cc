@@ -73,8 +73,7 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   TrainingClock clock;
   size_t global_step = 0, evaluated_step = 0;
   double accuracy = 0;
-  const auto evaluate_now = [&](int epoch) {
-    clock.pause();
+  const auto evaluate_now = [&](int epoch) {  // with the clock paused
     if (context.is_root()) {
       accuracy = evaluate(*model, test_set, idle_machine_threads());
       metrics.write({{"event", "eval"},
@@ -85,7 +84,6 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
     }
     context.barrier();
     evaluated_step = global_step;
-    clock.resume();
   };
 
   TrainResult result;
@@ -93,6 +91,7 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   nlohmann::json last;
   for (int epoch = 1; epoch <= options.epochs; ++epoch) {
     sampler.set_epoch(epoch);
+    clock.resume();
     const double epoch_train_start = clock.seconds();
     double loss_sum = 0;
     size_t samples = 0;
@@ -112,10 +111,14 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
                        samples * context.world_size() / (clock.seconds() - epoch_train_start));
       }
       if (options.eval_every > 0 && global_step % options.eval_every == 0 && step + 1 < steps) {
+        clock.pause();
         evaluate_now(epoch);
+        clock.resume();
       }
     }
     if (progress == ProgressStyle::kTerminal) std::printf("\n");
+    // Evaluation and the epoch's bookkeeping are not training time.
+    clock.pause();
     const double train_s = clock.seconds() - epoch_train_start;
     if (evaluated_step != global_step) evaluate_now(epoch);
 
