@@ -18,11 +18,13 @@
 #include <thread>
 
 #include "../common/command_runner.h"
+#include "../common/netns.h"
 #include "gradwire/launch/emulated_cluster.h"
 #include "gradwire/launch/tool_command.h"
 
 namespace {
 
+using gradwire::testing::namespaces_with_prefix;
 using gradwire::testing::run_command;
 using Clock = std::chrono::steady_clock;
 namespace launch = gradwire::launch;
@@ -30,31 +32,6 @@ namespace launch = gradwire::launch;
 std::string temp_path(const std::string& name) {
   return gradwire::testing::temp_path("gradwire_cluster_test_", name);
 }
-
-std::vector<std::string> namespaces_with_prefix(const std::string& prefix) {
-  std::vector<std::string> found;
-  std::istringstream lines(launch::run_tool({"ip", "netns", "list"}).output);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(prefix, 0) == 0) found.push_back(line.substr(0, line.find(' ')));
-  }
-  return found;
-}
-
-bool netns_usable() {
-  if (!launch::running_as_root()) return false;
-  static const bool usable = [] {
-    const std::string name = "gwcprobe" + std::to_string(::getpid());
-    const bool ok = launch::run_tool({"ip", "netns", "add", name}).status == 0;
-    launch::run_tool({"ip", "netns", "delete", name});
-    return ok;
-  }();
-  return usable;
-}
-
-#define SKIP_WITHOUT_NETNS()                                                  \
-  do {                                                                        \
-    if (!netns_usable()) GTEST_SKIP() << "needs root and network namespaces"; \
-  } while (0)
 
 std::vector<nlohmann::json> read_lines(const std::string& path) {
   std::vector<nlohmann::json> lines;
@@ -64,7 +41,7 @@ std::vector<nlohmann::json> read_lines(const std::string& path) {
 }
 
 // A `gradwire cluster` started in the background with its output in a file. Whatever the
-// test does, the process is killed and stale clusters are removed when this goes.
+// test does, the process is killed and its namespaces are removed when this goes.
 class BackgroundCluster {
  public:
   explicit BackgroundCluster(std::vector<std::string> args) : output_(temp_path("cluster.out")) {
@@ -86,7 +63,7 @@ class BackgroundCluster {
       ::kill(pid_, SIGKILL);
       ::waitpid(pid_, nullptr, 0);
     }
-    launch::remove_stale_clusters();
+    gradwire::testing::remove_namespaces_with_prefix(prefix());
     std::filesystem::remove(output_);
   }
 
@@ -168,6 +145,7 @@ TEST(ClusterCliTest, SigtermStopsTheRanksAndRemovesEveryNamespace) {
 
 TEST(ClusterCliTest, CleanupRemovesWhatAKilledClusterLeft) {
   SKIP_WITHOUT_NETNS();
+  gradwire::testing::StaleClusterLock lock;  // no other test's cleanup takes this one's
   BackgroundCluster cluster(
       {"--hosts", "2", "--bandwidth", "100mbit", "--", GRADWIRE_TEST_HELPER, "hang"});
   ASSERT_TRUE(cluster.wait_for("ready", 2, std::chrono::seconds(30))) << cluster.output();
@@ -193,7 +171,6 @@ TEST(ClusterCliTest, DelayIsRefusedClearlyWhereTheKernelHasNoNetem) {
     EXPECT_EQ(r.status, 2) << r.output;
     EXPECT_NE(r.output.find("netem"), std::string::npos) << r.output;
   }
-  launch::remove_stale_clusters();
 }
 
 TEST(ClusterCliTest, ABadRateIsAUsageError) {
@@ -250,6 +227,21 @@ TEST(DdpPeerTest, EveryHookTrainsInAClusterAndWritesMetrics) {
   }
 }
 
+// A configuration the bench cannot run is refused before any run starts, naming it.
+TEST(BenchE2eTest, BadConfigurationsAreRefusedUpFront) {
+  for (const auto& [config, message] : std::vector<std::pair<std::string, std::string>>{
+           {"zip", "unknown codec 'zip'"},
+           {"ddp:zip", "DDP hooks are allreduce, fp16, bf16 and powersgd"},
+           {"ps:fast", "unknown updater 'fast'"}}) {
+    const auto r = run_command(std::string(GRADWIRE_CLI) + " bench e2e --configs " + config +
+                                   " --out " + temp_path("never"),
+                               30);
+    EXPECT_EQ(r.status, 2) << r.output;
+    EXPECT_NE(r.output.find(message), std::string::npos) << r.output;
+    EXPECT_FALSE(std::filesystem::exists(temp_path("never")));
+  }
+}
+
 // A parameter server's last replies are whole models: over a slow link they take longer
 // than the socket's default linger, and a server that exits without them left its workers
 // waiting forever (found by the e2e bench; the fix: the server's socket waits for them).
@@ -277,12 +269,12 @@ TEST(BenchE2eTest, TinyMatrixWritesCsvAndPlots) {
   SKIP_WITHOUT_NETNS();
   const std::string out = temp_path("e2e");
   std::filesystem::remove_all(out);
-  const auto r = run_command(std::string(GRADWIRE_CLI) +
-                                 " bench e2e --hosts 2 --bandwidth 50mbit --models cnn "
-                                 "--configs fp16 --epochs 1 --train-limit 512 --test-limit 200 "
-                                 "--batch-size 32 --target-accuracy 0.2 --out " +
-                                 out,
-                             300);
+  const std::string bench = std::string(GRADWIRE_CLI) +
+                            " bench e2e --hosts 2 --bandwidth 50mbit --models cnn "
+                            "--configs fp16 --epochs 1 --train-limit 512 --test-limit 200 "
+                            "--batch-size 32 --target-accuracy 0.2 --out " +
+                            out;
+  const auto r = run_command(bench, 300);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("[2/2] cnn 50mbit gradwire fp16: final"), std::string::npos) << r.output;
   std::ifstream csv(out + "/results.csv");
@@ -300,6 +292,27 @@ TEST(BenchE2eTest, TinyMatrixWritesCsvAndPlots) {
     EXPECT_EQ(std::string(magic + 1, 3), "PNG") << png;
   }
   EXPECT_TRUE(std::filesystem::exists(out + "/results.md"));
+
+  // --resume keeps the finished floor and runs again the run whose metrics are gone.
+  std::filesystem::remove(out + "/runs/cnn-50mbit-gradwire-fp16-r1.jsonl");
+  const auto resumed = run_command(bench + " --resume --no-plots", 300);
+  ASSERT_EQ(resumed.status, 0) << resumed.output;
+  EXPECT_NE(resumed.output.find("--resume keeps 1 finished runs of 2"), std::string::npos)
+      << resumed.output;
+  EXPECT_EQ(resumed.output.find("[1/2]"), std::string::npos) << resumed.output;
+  EXPECT_NE(resumed.output.find("[2/2] cnn 50mbit gradwire fp16: final"), std::string::npos)
+      << resumed.output;
+  std::ifstream resumed_csv(out + "/results.csv");
+  std::vector<std::string> resumed_rows;
+  for (std::string line; std::getline(resumed_csv, line);) resumed_rows.push_back(line);
+  ASSERT_EQ(resumed_rows.size(), 3u);
+  EXPECT_EQ(resumed_rows[1], rows[1]);  // kept as it was
+  EXPECT_NE(resumed_rows[2].find("gradwire,fp16,fp16:ef=0,cnn,50mbit,1,ok,0.2,"), std::string::npos)
+      << resumed_rows[2];
+  // Another command does not resume this directory's matrix.
+  const auto other = run_command(bench + " --seed 7 --resume --no-plots", 60);
+  EXPECT_EQ(other.status, 2) << other.output;
+  EXPECT_NE(other.output.find("same command"), std::string::npos) << other.output;
   std::filesystem::remove_all(out);
 }
 

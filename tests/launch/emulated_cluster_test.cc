@@ -13,6 +13,7 @@
 #include <regex>
 #include <sstream>
 
+#include "../common/netns.h"
 #include "gradwire/core/error.h"
 #include "gradwire/launch/launcher.h"
 #include "gradwire/launch/tool_command.h"
@@ -20,27 +21,7 @@
 namespace gradwire::launch {
 namespace {
 
-std::vector<std::string> namespaces_with_prefix(const std::string& prefix) {
-  std::vector<std::string> found;
-  std::istringstream lines(run_tool({"ip", "netns", "list"}).output);
-  for (std::string line; std::getline(lines, line);) {
-    if (line.rfind(prefix, 0) == 0) found.push_back(line.substr(0, line.find(' ')));
-  }
-  return found;
-}
-
-// Skips the test unless this process can make network namespaces.
-#define SKIP_WITHOUT_NETNS()                                                           \
-  do {                                                                                 \
-    if (!running_as_root()) GTEST_SKIP() << "needs root to create network namespaces"; \
-    static const bool usable = [] {                                                    \
-      const std::string name = "gwcprobe" + std::to_string(::getpid());                \
-      const bool ok = run_tool({"ip", "netns", "add", name}).status == 0;              \
-      run_tool({"ip", "netns", "delete", name});                                       \
-      return ok;                                                                       \
-    }();                                                                               \
-    if (!usable) GTEST_SKIP() << "network namespaces are not available here";          \
-  } while (0)
+using gradwire::testing::namespaces_with_prefix;
 
 // The output of a launch, captured by redirecting the launcher's stdout into a pipe.
 std::string launch_and_capture(LaunchOptions options, LaunchResult& result) {
@@ -133,13 +114,7 @@ TEST(EmulatedClusterTest, RanksRunInTheirHostsNamespaceWithTorchrunVariables) {
   ClusterOptions cluster_options;
   cluster_options.hosts = 2;
   EmulatedCluster cluster(cluster_options);
-  LaunchOptions options;
-  options.num_processes = 4;
-  options.ranks_per_host = 2;
-  for (const auto& host : cluster.hosts()) options.host_netns.push_back(host.netns_path);
-  options.master_addr = cluster.hosts()[0].address;
-  options.master_port = 29500;
-  options.command = {GRADWIRE_TEST_HELPER, "netns"};
+  LaunchOptions options = cluster.launch_options(2, {GRADWIRE_TEST_HELPER, "netns"});
   LaunchResult result;
   const std::string output = launch_and_capture(options, result);
   ASSERT_EQ(result.exit_code, 0) << result.message;
@@ -156,6 +131,8 @@ TEST(EmulatedClusterTest, RanksRunInTheirHostsNamespaceWithTorchrunVariables) {
   EXPECT_NE(env.find("[3] GROUP_RANK=1"), std::string::npos) << env;
   EXPECT_NE(env.find("[3] LOCAL_WORLD_SIZE=2"), std::string::npos) << env;
   EXPECT_NE(env.find("[2] MASTER_ADDR=10.213.0.1"), std::string::npos) << env;
+  EXPECT_NE(env.find("[2] MASTER_PORT=29500"), std::string::npos) << env;
+  EXPECT_NE(env.find("[1] GLOO_SOCKET_IFNAME=eth0"), std::string::npos) << env;
 }
 
 // Bytes per second that rank 1 streams to rank 0 over the cluster's links.
@@ -164,13 +141,8 @@ double streamed_bits_per_s(const std::string& bandwidth, double seconds, uint64_
   cluster_options.hosts = 2;
   cluster_options.bandwidth = bandwidth;
   EmulatedCluster cluster(cluster_options);
-  LaunchOptions options;
-  options.num_processes = 2;
-  options.ranks_per_host = 1;
-  for (const auto& host : cluster.hosts()) options.host_netns.push_back(host.netns_path);
-  options.master_addr = cluster.hosts()[0].address;
-  options.master_port = 29500;
-  options.command = {GRADWIRE_TEST_HELPER, "stream", std::to_string(seconds)};
+  const LaunchOptions options =
+      cluster.launch_options(1, {GRADWIRE_TEST_HELPER, "stream", std::to_string(seconds)});
   LaunchResult result;
   const std::string output = launch_and_capture(options, result);
   EXPECT_EQ(result.exit_code, 0) << result.message << output;
@@ -199,6 +171,7 @@ TEST(EmulatedClusterTest, AShapedLinkCarriesNoMoreThanItsRateAndAnUnshapedOneMor
 
 TEST(EmulatedClusterTest, StaleClustersOfStoppedProgramsAreRemovedOthersKept) {
   SKIP_WITHOUT_NETNS();
+  gradwire::testing::StaleClusterLock lock;  // no other test's cleanup takes this one's
   // A child makes a cluster, keeps it and dies without removing it (as under SIGKILL).
   int fds[2];
   ASSERT_EQ(::pipe(fds), 0);

@@ -165,7 +165,7 @@ int main(int argc, char** argv) {
   if (command == "env") {
     for (const char* name :
          {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-          "MASTER_PORT", "OMP_NUM_THREADS", "GRADWIRE_TEST_EXTRA"}) {
+          "MASTER_PORT", "OMP_NUM_THREADS", "GRADWIRE_TEST_EXTRA", "GLOO_SOCKET_IFNAME"}) {
       const char* value = std::getenv(name);
       say(std::string(name) + "=" + (value != nullptr ? value : "<unset>"));
     }

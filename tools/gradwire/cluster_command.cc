@@ -90,14 +90,8 @@ int run_cluster(const ClusterArguments& args) {
             << " per host" << std::endl;
   if (interrupted.signal()) return 128 + interrupted.signal();
 
-  launch::LaunchOptions options;
-  options.num_processes = world;
-  options.ranks_per_host = args.ranks_per_host;
-  for (const auto& host : hosts) options.host_netns.push_back(host.netns_path);
-  options.master_addr = hosts.front().address;
+  launch::LaunchOptions options = cluster.launch_options(args.ranks_per_host, args.command);
   options.master_port = args.master_port;
-  options.extra_env["GLOO_SOCKET_IFNAME"] = launch::EmulatedCluster::kInterface;
-  options.command = args.command;
   options.prefix_output = !args.no_prefix;
   options.grace_period =
       std::chrono::milliseconds(static_cast<long long>(args.grace_seconds * 1e3));

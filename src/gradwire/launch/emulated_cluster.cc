@@ -19,7 +19,8 @@
 namespace gradwire::launch {
 namespace {
 
-constexpr int kMaxHosts = 250;  // host i is 10.213.0.<i+1>
+constexpr int kMaxHosts = 250;      // host i is 10.213.0.<i+1>
+constexpr int kMasterPort = 29500;  // torchrun's default; every cluster has its own addresses
 constexpr double kQueueSeconds = 0.010;
 constexpr double kBurstSeconds = 0.002;
 constexpr uint64_t kMinQueueBytes = 64 << 10;
@@ -200,6 +201,19 @@ void EmulatedCluster::shape(const std::string& netns, const std::string& device,
   command.insert(command.end(), {"tbf", "rate", std::to_string(rate_) + "bit", "burst",
                                  std::to_string(burst), "limit", std::to_string(limit)});
   run_tool_checked(command);
+}
+
+LaunchOptions EmulatedCluster::launch_options(int ranks_per_host,
+                                              std::vector<std::string> command) const {
+  LaunchOptions options;
+  options.num_processes = static_cast<int>(hosts_.size()) * ranks_per_host;
+  options.ranks_per_host = ranks_per_host;
+  for (const auto& host : hosts_) options.host_netns.push_back(host.netns_path);
+  options.master_addr = hosts_.front().address;
+  options.master_port = kMasterPort;
+  options.extra_env["GLOO_SOCKET_IFNAME"] = kInterface;
+  options.command = std::move(command);
+  return options;
 }
 
 std::vector<std::string> EmulatedCluster::remove() {

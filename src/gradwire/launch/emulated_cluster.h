@@ -23,6 +23,8 @@
 #include <string>
 #include <vector>
 
+#include "gradwire/launch/launcher.h"
+
 namespace gradwire::launch {
 
 struct ClusterOptions {
@@ -54,6 +56,10 @@ class EmulatedCluster {
   const std::vector<ClusterHost>& hosts() const { return hosts_; }
   const std::string& prefix() const { return prefix_; }
   uint64_t rate_bits_per_s() const { return rate_; }  // 0: unshaped
+
+  // Options that run `ranks_per_host` ranks of `command` on every host, with torchrun's
+  // variables (MASTER_ADDR = host 0, MASTER_PORT = 29500) and GLOO_SOCKET_IFNAME = eth0.
+  LaunchOptions launch_options(int ranks_per_host, std::vector<std::string> command) const;
 
   // Leaves the namespaces in place when this object goes; remove_stale_clusters() removes
   // them once this process has exited.
