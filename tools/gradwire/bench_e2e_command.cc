@@ -5,6 +5,8 @@
 //   runs/<id>.jsonl       each run's metrics; logs/<id>.log its output
 //   *.png, results.md     plots and tables (bench/e2e/plot_e2e.py, matplotlib)
 //   command.txt           the command that made them
+// With --resume, runs whose metrics in DIR are complete are kept and only the others run:
+// a matrix of hours survives a reboot or an interrupt (the command must be the same one).
 #include <fcntl.h>
 #include <signal.h>
 #include <spawn.h>
@@ -43,6 +45,7 @@ struct E2eArgs {
   std::string out;
   bool no_floor = false;
   bool no_plots = false;
+  bool resume = false;
 };
 
 volatile sig_atomic_t g_stop_signal = 0;
@@ -137,8 +140,10 @@ class E2eBench {
     const fs::path peer = bench_file("ddp_peer.py");
     const auto started = Clock::now();
     int failed = 0;
+    if (args_.resume) keep_finished_runs();
     for (const e2e::Run& run : runs_) {
       if (g_stop_signal) break;
+      if (status_.count(run.index)) continue;
       const int code = run_one(run, self.string(), peer.string());
       if (code != 0) ++failed;
       write_results();
@@ -155,6 +160,24 @@ class E2eBench {
  private:
   static double seconds_since(Clock::time_point t) {
     return std::chrono::duration<double>(Clock::now() - t).count();
+  }
+
+  // --resume: a run whose metrics file holds its summary line finished in an earlier
+  // invocation; it is kept as it was (a run cut off midway runs again from the start).
+  void keep_finished_runs() {
+    int kept = 0;
+    for (const e2e::Run& run : runs_) {
+      const std::string metrics = (out_ / "runs" / (run.id + ".jsonl")).string();
+      const e2e::Outcome o =
+          e2e::read_outcome(metrics, s_.targets.at(run.model), run.workers, s_.batch_size);
+      if (!o.complete) continue;
+      outcomes_[run.index] = o;
+      status_[run.index] = "ok";
+      if (run.floor) floors_[run.model] = o.train_s;
+      ++kept;
+    }
+    std::cout << "gradwire bench e2e: --resume keeps " << kept << " finished runs of "
+              << runs_.size() << "; " << runs_.size() - kept << " to run" << std::endl;
   }
 
   int run_one(const e2e::Run& run, const std::string& self, const std::string& peer) {
@@ -309,6 +332,26 @@ class E2eBench {
   std::vector<std::pair<e2e::Run, double>> walls_;
 };
 
+// The part of a command line that decides what the matrix measures: without the options
+// that only say how it is run or shown (--resume, --no-plots, --run-timeout).
+std::string matrix_identity(const std::string& command) {
+  std::string identity;
+  size_t start = 0;
+  while (start < command.size()) {
+    size_t next = command.find(" --", start + 1);
+    if (next == std::string::npos) next = command.size();
+    const std::string segment = command.substr(start, next - start);
+    bool presentation = false;
+    for (const char* name : {" --resume", " --no-plots", " --run-timeout"}) {
+      const std::string n(name);
+      presentation = presentation || segment == n || segment.rfind(n + " ", 0) == 0;
+    }
+    if (!presentation) identity += segment;
+    start = next;
+  }
+  return identity;
+}
+
 int run_e2e(E2eArgs& args, const std::vector<std::string>& raw_args) {
   auto& s = args.settings;
   if (args.out.empty()) throw ConfigError("--out DIR is required");
@@ -325,23 +368,37 @@ int run_e2e(E2eArgs& args, const std::vector<std::string>& raw_args) {
   for (const auto& bw : s.bandwidths) launch::parse_rate(bw);  // fails early on a typo
   s.targets = e2e::parse_targets(args.targets, s.models);
   s.compute_floor = !args.no_floor;
+  auto runs = e2e::build_matrix(s);  // ConfigError for a bad configuration, before anything runs
   if (!launch::running_as_root()) {
     throw ConfigError(
         "gradwire bench e2e runs on emulated clusters, which need root: run it as "
         "root, e.g. with sudo");
   }
-  auto runs = e2e::build_matrix(s);
   bool needs_torch = false;
   for (const auto& run : runs) needs_torch = needs_torch || run.config.system == "ddp";
   check_python(needs_torch || !args.no_plots);
   bench_file("ddp_peer.py");
   if (!args.no_plots) bench_file("plot_e2e.py");
 
-  fs::create_directories(args.out);
-  std::ofstream command(fs::path(args.out) / "command.txt", std::ios::trunc);
-  command << "gradwire bench e2e";
-  for (const auto& a : raw_args) command << " " << a;
-  command << "\n";
+  std::string command = "gradwire bench e2e";
+  for (const auto& a : raw_args) command += " " + a;
+  const fs::path command_file = fs::path(args.out) / "command.txt";
+  // A directory without command.txt holds no matrix: --resume then starts one.
+  if (args.resume && fs::exists(command_file)) {
+    std::ifstream in(command_file);
+    std::string earlier;
+    std::getline(in, earlier);
+    if (earlier.empty() || matrix_identity(earlier) != matrix_identity(command)) {
+      throw ConfigError("--resume continues the matrix of the same command, but " +
+                        command_file.string() + " holds " +
+                        (earlier.empty() ? std::string("nothing") : "'" + earlier + "'") +
+                        " and this is '" + command + "'");
+    }
+  } else {
+    fs::create_directories(args.out);
+    std::ofstream out(command_file, std::ios::trunc);
+    out << command << "\n";  // closed here: a matrix of hours may be killed before it ends
+  }
   std::cout << "gradwire bench e2e: " << runs.size() << " runs (" << s.models.size() << " models x "
             << s.bandwidths.size() << " bandwidths x " << s.configs.size() << " configurations x "
             << s.runs << (s.compute_floor ? ", plus compute floors" : "") << ") on " << s.hosts
@@ -397,6 +454,8 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
       ->capture_default_str();
   e2e->add_flag("--no-floor", args->no_floor, "skip the compute-floor runs (none, unshaped)");
   e2e->add_flag("--no-plots", args->no_plots, "write the CSV only");
+  e2e->add_flag("--resume", args->resume,
+                "keep the runs already finished in --out (by the same command) and run the rest");
   e2e->callback([args, e2e, &exit_code] {
     // The command as given, for command.txt beside the results.
     std::vector<std::string> words;

@@ -1,12 +1,17 @@
 #include "e2e_matrix.h"
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <fstream>
 #include <nlohmann/json.hpp>
 #include <sstream>
 
+#include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/spec.h"
+#include "gradwire/strategy/ps/job.h"
+#include "gradwire/strategy/ps/updater.h"
 
 namespace gradwire::cli::e2e {
 namespace {
@@ -94,10 +99,20 @@ Config parse_config(const std::string& text) {
     const auto colon = rest.find(':');
     c.updater = rest.substr(0, colon);
     c.consistency = colon == std::string::npos ? "asp" : rest.substr(colon + 1);
-    if (c.updater.empty()) throw ConfigError("configuration '" + text + "': no updater");
-    return c;  // the updater and consistency are checked by the run (one list of names)
+    const auto& updaters = strategy::ps::updater_names();
+    if (std::find(updaters.begin(), updaters.end(), c.updater) == updaters.end()) {
+      throw ConfigError("configuration '" + text + "': unknown updater '" + c.updater +
+                        "'; available: " + join(updaters));
+    }
+    strategy::ps::Consistency::parse(c.consistency);  // ConfigError naming the choices
+    return c;
   }
   if (text.empty()) throw ConfigError("an empty configuration in --configs");
+  try {
+    compress::CodecPolicy::parse(text);
+  } catch (const ConfigError& e) {
+    throw ConfigError("configuration '" + text + "': " + e.what());
+  }
   c.codec = text;
   return c;
 }

@@ -56,8 +56,7 @@ struct Config {
   bool ps() const { return !updater.empty(); }
 };
 
-// ConfigError for an unknown hook, updater or consistency (codec specs are checked by the
-// run itself, which fails with the codec registry's message).
+// ConfigError for an unknown hook, updater, consistency or codec, before any run starts.
 Config parse_config(const std::string& text);
 
 struct Run {
