@@ -52,9 +52,15 @@ class Collectives {
     allreduce_sum_async(data, count, type)->wait();
   }
 
-  // Every rank contributes `data` (sizes may differ between ranks); returns every rank's
-  // bytes, indexed by rank.
-  virtual std::vector<Bytes> allgather_bytes(std::span<const uint8_t> data) = 0;
+  // Every rank contributes `data` (sizes may differ between ranks); `out[r]` becomes rank
+  // r's bytes. Buffers kept by the caller across calls are reused (no allocation once
+  // they are large enough).
+  virtual void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) = 0;
+  std::vector<Bytes> allgather_bytes(std::span<const uint8_t> data) {
+    std::vector<Bytes> out;
+    allgather_bytes(data, out);
+    return out;
+  }
 
   // Copies `bytes` bytes at `data` from `root` to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;

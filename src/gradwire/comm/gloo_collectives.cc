@@ -21,7 +21,13 @@ at::Tensor byte_view(void* data, size_t bytes) {
   return at::from_blob(data, {static_cast<int64_t>(bytes)}, at::kByte);
 }
 
+// Hang diagnosis. Each rank counts its collectives (the sequence). A rank that has waited
+// in collective #n longer than kPublishAfter writes n to the store under its progress key;
+// a fast collective writes nothing, so the store costs no round trip on the critical path.
+// When a collective fails, the ranks whose published progress is below n are the ones that
+// never arrived: every rank that did arrive was waiting, and so has published n.
 std::string progress_key(int rank) { return "progress/" + std::to_string(rank); }
+constexpr std::chrono::milliseconds kPublishAfter{1000};
 
 class GlooCollectives;
 
@@ -87,35 +93,40 @@ class GlooCollectives : public Collectives {
                                       "allreduce");
   }
 
-  std::vector<Bytes> allgather_bytes(std::span<const uint8_t> data) override {
-    // Two rounds: sizes, then the contributions padded to the largest size.
+  using Collectives::allgather_bytes;
+  void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& all) override {
+    // Two rounds: sizes, then the contributions padded to the largest size. The padded
+    // input is this object's; `all` keeps its buffers' capacity from call to call.
     int64_t my_size = static_cast<int64_t>(data.size());
-    std::vector<int64_t> sizes(size_);
+    sizes_.resize(size_);
     {
       const uint64_t seq = begin("allgather(sizes)");
       std::vector<at::Tensor> input{at::from_blob(&my_size, {1}, at::kLong)};
       std::vector<std::vector<at::Tensor>> output(1);
-      for (int r = 0; r < size_; ++r) output[0].push_back(at::from_blob(&sizes[r], {1}, at::kLong));
+      for (int r = 0; r < size_; ++r) {
+        output[0].push_back(at::from_blob(&sizes_[r], {1}, at::kLong));
+      }
       bytes_sent_ += sizeof(my_size);
       GlooWork(this, launch([&] { return group_->allgather(output, input); }), seq,
                "allgather(sizes)")
           .wait();
     }
-    const int64_t max_size = std::max<int64_t>(1, *std::max_element(sizes.begin(), sizes.end()));
-    Bytes padded(max_size, 0);
-    if (!data.empty()) std::memcpy(padded.data(), data.data(), data.size());
-    std::vector<Bytes> all(size_, Bytes(max_size));
+    const int64_t max_size = std::max<int64_t>(1, *std::max_element(sizes_.begin(), sizes_.end()));
+    padded_.resize(max_size);
+    if (!data.empty()) std::memcpy(padded_.data(), data.data(), data.size());
+    std::memset(padded_.data() + data.size(), 0, max_size - data.size());
+    all.resize(size_);
+    for (auto& bytes : all) bytes.resize(max_size);
     {
       const uint64_t seq = begin("allgather");
-      std::vector<at::Tensor> input{byte_view(padded.data(), max_size)};
+      std::vector<at::Tensor> input{byte_view(padded_.data(), max_size)};
       std::vector<std::vector<at::Tensor>> output(1);
       for (int r = 0; r < size_; ++r) output[0].push_back(byte_view(all[r].data(), max_size));
       bytes_sent_ += max_size;
       GlooWork(this, launch([&] { return group_->allgather(output, input); }), seq, "allgather")
           .wait();
     }
-    for (int r = 0; r < size_; ++r) all[r].resize(sizes[r]);
-    return all;
+    for (int r = 0; r < size_; ++r) all[r].resize(sizes_[r]);
   }
 
   void broadcast(void* data, size_t bytes, int root) override {
@@ -133,10 +144,19 @@ class GlooCollectives : public Collectives {
     GlooWork(this, launch([&] { return group_->barrier(); }), seq, "barrier").wait();
   }
 
-  // Builds the error for a failed operation: which ranks never reached it, and why.
-  [[noreturn]] void fail(uint64_t sequence, const std::string& op, const std::string& cause) {
+  // Writes this rank's progress to the store (see kPublishAfter). A store that cannot be
+  // reached is left for fail() to report.
+  void publish_progress(uint64_t sequence) {
+    try {
+      const std::string value = std::to_string(sequence);
+      store_->set(progress_key(rank_), std::vector<uint8_t>(value.begin(), value.end()));
+    } catch (const std::exception&) {
+    }
+  }
+
+  // The ranks whose published progress is below `sequence`; a note when the store is gone.
+  std::vector<int> ranks_behind(uint64_t sequence, std::string& note) {
     std::vector<int> behind;
-    std::string progress_note;
     try {
       for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
@@ -147,11 +167,24 @@ class GlooCollectives : public Collectives {
         }
         if (reached < sequence) behind.push_back(r);
       }
-    } catch (const std::exception& e) {
-      progress_note =
-          " (could not read other ranks' progress from the store: rank 0, which "
-          "serves it, may have exited)";
+    } catch (const std::exception&) {
+      note =
+          " (could not read other ranks' progress from the store: rank 0, which serves it, "
+          "may have exited)";
+      behind.clear();
     }
+    return behind;
+  }
+
+  // Builds the error for a failed operation and why. After a wait past kPublishAfter, the
+  // ranks that arrived have published their progress, so it also names the ranks that
+  // never reached the operation; a quick failure (a peer closed its connections) names none.
+  [[noreturn]] void fail(uint64_t sequence, const std::string& op, const std::string& cause,
+                         bool diagnose) {
+    publish_progress(sequence);
+    std::string progress_note;
+    const std::vector<int> behind =
+        diagnose ? ranks_behind(sequence, progress_note) : std::vector<int>{};
     std::string message =
         op + " #" + std::to_string(sequence) + " failed on rank " + std::to_string(rank_);
     if (!behind.empty()) {
@@ -164,27 +197,15 @@ class GlooCollectives : public Collectives {
   }
 
  private:
-  uint64_t begin(const char* op) {
-    const uint64_t seq = ++sequence_;
-    try {
-      const std::string value = std::to_string(seq);
-      store_->set(progress_key(rank_), std::vector<uint8_t>(value.begin(), value.end()));
-    } catch (const std::exception& e) {
-      throw Error(std::string(op) + " #" + std::to_string(seq) + " on rank " +
-                  std::to_string(rank_) +
-                  ": the rendezvous store is unreachable (rank 0 serves it and may have "
-                  "exited): " +
-                  e.what());
-    }
-    return seq;
-  }
+  // Numbers the next collective; nothing leaves this rank (see kPublishAfter).
+  uint64_t begin(const char*) { return ++sequence_; }
 
   template <typename Fn>
   c10::intrusive_ptr<c10d::Work> launch(Fn&& fn) {
     try {
       return fn();
     } catch (const std::exception& e) {
-      fail(sequence_, "collective", e.what());
+      fail(sequence_, "collective", e.what(), /*diagnose=*/false);
     }
   }
 
@@ -195,13 +216,25 @@ class GlooCollectives : public Collectives {
   std::chrono::milliseconds timeout_;
   uint64_t sequence_ = 0;
   uint64_t bytes_sent_ = 0;
+  std::vector<int64_t> sizes_;  // allgather_bytes's scratch, kept across calls
+  Bytes padded_;
 };
 
 void GlooWork::wait() {
+  const auto publish_after = std::min(kPublishAfter, owner_->timeout() / 4);
+  bool slow = false;
   try {
-    work_->wait();
+    try {
+      work_->wait(publish_after);
+    } catch (const std::exception&) {
+      if (work_->isCompleted()) throw;  // failed: not merely slow
+      // Slow: say how far this rank got, then wait out the collective's own timeout.
+      slow = true;
+      owner_->publish_progress(sequence_);
+      work_->wait();
+    }
   } catch (const std::exception& e) {
-    owner_->fail(sequence_, op_, e.what());
+    owner_->fail(sequence_, op_, e.what(), slow);
   }
 }
 

@@ -86,11 +86,12 @@ std::unique_ptr<Work> LocalCollectives::allreduce_sum_async(void* data, size_t c
   return std::make_unique<CompletedWork>();
 }
 
-std::vector<Bytes> LocalCollectives::allgather_bytes(std::span<const uint8_t> data) {
+void LocalCollectives::allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) {
   bytes_sent_ += data.size();
   auto all = group_->exchange(rank_, Bytes(data.begin(), data.end()),
                               "allgather #" + std::to_string(++sequence_));
-  return *all;
+  out.resize(all->size());
+  for (size_t r = 0; r < all->size(); ++r) out[r].assign((*all)[r].begin(), (*all)[r].end());
 }
 
 void LocalCollectives::broadcast(void* data, size_t bytes, int root) {
