@@ -86,7 +86,7 @@ TEST(PowerSgdTest, AllreduceStrategyAveragesFactorsAndKeepsVectorsExact) {
   comm::run_local_ranks(2, 5s, [&](comm::Collectives& c) {
     strategy::AllreduceStrategy s(c, {.codec = "powersgd:rank=1,ef=0"});
     std::vector<float> w(60), b(6);
-    s.start(tensors, {w, b}, {});
+    s.start(tensors, {w, b});
     // Both ranks hold multiples of the same rank-one matrix: the mean is rank one too.
     auto g = rank_one(c.rank() == 0 ? 1.0f : 3.0f);
     std::vector<float> bias(6, float(c.rank()));

@@ -167,7 +167,7 @@ void run_worker(comm::InprocNetwork& net, const Servers& servers, const JobConfi
   try {
     auto cut = std::make_shared<std::atomic<bool>>(false);
     auto strategy = make_worker(net, servers, config, w, codec, kToken, cut);
-    strategy->start(out.model.tensors, out.model.spans(out.model.params), {});
+    strategy->start(out.model.tensors, out.model.spans(out.model.params));
     for (int step = 0; step < steps; ++step) {
       if (step == vanish_after) {
         *cut = true;
@@ -198,7 +198,7 @@ TEST(ParameterServer, BspWithNoneMatchesAllreduceAndMomentumSgd) {
         comm::LocalCollectives collectives(group, w);
         AllreduceStrategy strategy(collectives, AllreduceOptions{});
         Model& m = reference[w];
-        strategy.start(m.tensors, m.spans(m.params), {});
+        strategy.start(m.tensors, m.spans(m.params));
         std::vector<std::vector<float>> velocity;
         for (auto& p : m.params) velocity.emplace_back(p.size(), 0.0f);
         for (int step = 0; step < kSteps; ++step) {
@@ -279,7 +279,7 @@ TEST(ParameterServer, ServersFollowTheWorkersLearningRateSchedule) {
   Servers servers(net, 2);
   Model model, reference;
   auto strategy = make_worker(*net, servers, config, 0);
-  strategy->start(model.tensors, model.spans(model.params), {});
+  strategy->start(model.tensors, model.spans(model.params));
   std::vector<std::vector<float>> velocity;
   for (auto& p : reference.params) velocity.emplace_back(p.size(), 0.0f);
   for (int step = 0; step < 6; ++step) {
@@ -315,7 +315,7 @@ TEST(ParameterServer, AWorkerDestroyedWithoutFinishSaysGoodbye) {
   {
     Model m;
     auto strategy = make_worker(*net, servers, config, 1);
-    strategy->start(m.tensors, m.spans(m.params), {});
+    strategy->start(m.tensors, m.spans(m.params));
     for (int step = 0; step < 3; ++step) {
       m.compute_gradient(1, step);
       strategy->synchronize(m.spans(m.grads));
@@ -618,7 +618,7 @@ TEST_F(CheckpointTest, ARestartedJobResumesLosingAtMostNUpdates) {
   Servers servers(net, 2);
   WorkerResult second;
   auto strategy = make_worker(*net, servers, config, 0);
-  strategy->start(second.model.tensors, second.model.spans(second.model.params), {});
+  strategy->start(second.model.tensors, second.model.spans(second.model.params));
   EXPECT_EQ(second.model.params, first.model.params);
   EXPECT_EQ(strategy->job_progress()->samples, 100u);
   second.summary = strategy->finish();

@@ -3,7 +3,7 @@
 // A Strategy sees the model as float spans plus per-tensor metadata; it knows nothing of
 // torch, the CLI or datasets. DistributedOptimizer drives it:
 //
-//   start(params, buffers)      once: ranks agree on configuration and start equal
+//   start(params)               once: ranks agree on configuration and start equal
 //   loop:
 //     backward                  gradient_ready(i) as each gradient becomes final
 //     synchronize(grads)        grads become the step's aggregated gradients
@@ -58,10 +58,10 @@ class Strategy {
   virtual std::string name() const = 0;
 
   // Checks that every rank has the same configuration and tensor shapes (MismatchError
-  // naming the first difference otherwise) and makes params and buffers equal on all ranks.
-  // `tensors[i]` describes `params[i]`.
-  virtual void start(std::span<const compress::TensorInfo> tensors, const FloatSpans& params,
-                     const FloatSpans& buffers) = 0;
+  // naming the first difference otherwise) and makes params equal on all ranks.
+  // `tensors[i]` describes `params[i]`. Buffers (BatchNorm's statistics) are not a
+  // strategy's concern: DistributedOptimizer keeps them equal.
+  virtual void start(std::span<const compress::TensorInfo> tensors, const FloatSpans& params) = 0;
 
   // Gradient i is final for this step. Strategies may start exchanging from here; the
   // default waits for synchronize().

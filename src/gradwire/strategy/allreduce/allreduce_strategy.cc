@@ -16,7 +16,11 @@ struct AllreduceStrategy::Bucket {
   size_t elements = 0;
   std::optional<compress::WireType> wire;  // set: additive path
   std::vector<uint8_t> wire_buffer;
+  // Message path, kept across steps so that a step allocates nothing once they are large
+  // enough: this rank's message, every rank's, and every rank's payload in it.
   Bytes message;
+  std::vector<Bytes> gathered;
+  std::vector<std::vector<std::span<const uint8_t>>> payloads;
 };
 
 AllreduceStrategy::AllreduceStrategy(comm::Collectives& collectives, AllreduceOptions options)
@@ -27,7 +31,7 @@ AllreduceStrategy::AllreduceStrategy(comm::Collectives& collectives, AllreduceOp
 AllreduceStrategy::~AllreduceStrategy() = default;
 
 void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
-                              const FloatSpans& params, const FloatSpans& buffers) {
+                              const FloatSpans& params) {
   if (started_) throw Error("AllreduceStrategy::start called twice");
   if (tensors.size() != params.size()) {
     throw Error("start: " + std::to_string(tensors.size()) + " tensor descriptions for " +
@@ -36,7 +40,6 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
   const auto policy = compress::CodecPolicy::parse(options_.codec);
   check_same_configuration(collectives_, configuration_lines(name(), policy, tensors));
   broadcast_from_rank0(collectives_, params);
-  broadcast_from_rank0(collectives_, buffers);
 
   tensors_.assign(tensors.begin(), tensors.end());
   for (const auto& t : tensors_) codecs_.push_back(policy.create(t));
@@ -119,22 +122,25 @@ void AllreduceStrategy::synchronize_additive(Bucket& bucket, const FloatSpans& g
 
 // Message layout per bucket and rank: for each tensor of the bucket, u32 length + payload.
 void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& grads) {
+  // Each payload is encoded straight into the message, behind its length.
   bucket.message.clear();
-  ByteWriter writer(bucket.message);
-  Bytes payload;
   for (size_t k : bucket.tensors) {
-    payload.clear();
-    codecs_[k]->encode(grads[k], payload);
-    writer.put<uint32_t>(static_cast<uint32_t>(payload.size()));
-    writer.put_array<uint8_t>(payload);
+    const size_t length_at = bucket.message.size();
+    bucket.message.resize(length_at + sizeof(uint32_t));
+    codecs_[k]->encode(grads[k], bucket.message);  // appends
+    const auto length = static_cast<uint32_t>(bucket.message.size() - length_at - sizeof(uint32_t));
+    std::memcpy(bucket.message.data() + length_at, &length, sizeof length);
   }
-  const std::vector<Bytes> all = collectives_.allgather_bytes(bucket.message);
+  collectives_.allgather_bytes(bucket.message, bucket.gathered);
+  const std::vector<Bytes>& all = bucket.gathered;
 
   // Split every rank's message before touching any gradient, so a malformed one changes
   // nothing.
   const int world = collectives_.size();
-  std::vector<std::vector<std::span<const uint8_t>>> payloads(world);
+  auto& payloads = bucket.payloads;
+  payloads.resize(world);
   for (int r = 0; r < world; ++r) {
+    payloads[r].clear();
     ByteReader reader(all[r]);
     try {
       for (size_t j = 0; j < bucket.tensors.size(); ++j) {

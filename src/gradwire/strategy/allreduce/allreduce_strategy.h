@@ -33,8 +33,7 @@ class AllreduceStrategy : public Strategy {
   ~AllreduceStrategy() override;
 
   std::string name() const override { return "allreduce"; }
-  void start(std::span<const compress::TensorInfo> tensors, const FloatSpans& params,
-             const FloatSpans& buffers) override;
+  void start(std::span<const compress::TensorInfo> tensors, const FloatSpans& params) override;
   void synchronize(const FloatSpans& grads) override;
   TrafficStats traffic() const override { return traffic_; }
 

@@ -57,7 +57,7 @@ void ParameterServerStrategy::send_goodbye() {
 }
 
 void ParameterServerStrategy::start(std::span<const compress::TensorInfo> tensors,
-                                    const FloatSpans& params, const FloatSpans& buffers) {
+                                    const FloatSpans& params) {
   if (started_) throw ConfigError("ParameterServerStrategy::start called twice");
   if (tensors.size() != params.size()) throw ConfigError("start: tensors and params differ");
   const auto policy = compress::CodecPolicy::parse(options_.codec);

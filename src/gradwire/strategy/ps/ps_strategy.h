@@ -37,8 +37,7 @@ class ParameterServerStrategy : public Strategy {
   ~ParameterServerStrategy() override;
 
   std::string name() const override { return "ps"; }
-  void start(std::span<const compress::TensorInfo> tensors, const FloatSpans& params,
-             const FloatSpans& buffers) override;
+  void start(std::span<const compress::TensorInfo> tensors, const FloatSpans& params) override;
   void synchronize(const FloatSpans& grads) override;
   bool applies_update() const override { return true; }
   TrafficStats traffic() const override { return traffic_; }
