@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
   torch::manual_seed(0);
   auto model = std::make_shared<Net>();
   auto dist = gradwire::init();              // gradwire
+  if (dist->is_server()) return 0;           // gradwire: parameter servers end here
   gradwire::DistributedOptimizer optimizer(  // gradwire
       dist, torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9)),
       *model, {.strategy = strategy});

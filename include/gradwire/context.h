@@ -8,12 +8,17 @@
 //   GLOO_SOCKET_IFNAME      network interface for Gloo (default: loopback for a local job)
 //
 // Parameter-server jobs (GRADWIRE_NUM_SERVERS = S > 0, set by `gradwire train --strategy
-// ps --servers S`; roles as comm/rendezvous.h says): a server process never returns from
-// init(): it serves until every worker is done and then exits the process (status 0, or 1
-// with the reason on stderr). Workers get a Context over the workers only (rank = worker
-// index), whose parameter_servers() tells DistributedOptimizer where the servers are.
+// ps --servers S`; roles as comm/rendezvous.h says): in a server process init() serves
+// until every worker is done, then returns a Context whose is_server() is true (the
+// program returns from main: `if (dist->is_server()) return 0;`), or throws what stopped
+// the server. Library code never ends the process. Workers get a Context over the workers
+// only (rank = worker index), whose parameter_servers() tells DistributedOptimizer where
+// the servers are.
 //   GRADWIRE_PS_BIND        address servers listen on (default 127.0.0.1); with 0.0.0.0 a
 //                           server publishes GLOO_SOCKET_IFNAME's address (or its host name)
+//
+// Nothing below init() reads the environment: what it read is InitOptions, kept in the
+// Context.
 #pragma once
 
 #include <chrono>
@@ -33,6 +38,7 @@ struct InitOptions {
   std::chrono::milliseconds join_timeout{std::chrono::seconds(60)};
   std::chrono::milliseconds collective_timeout{std::chrono::seconds(300)};
   std::string socket_ifname;
+  std::string ps_bind = "127.0.0.1";
 
   static InitOptions from_environment();
 };
@@ -45,7 +51,9 @@ struct ParameterServers {
 
 class Context {
  public:
-  Context(int rank, int world_size, int local_rank, std::unique_ptr<comm::Collectives> collectives);
+  // `collectives` null: the context of a parameter server whose job is over.
+  Context(int rank, int world_size, int local_rank, std::unique_ptr<comm::Collectives> collectives,
+          InitOptions options = {});
   ~Context();
   Context(const Context&) = delete;
   Context& operator=(const Context&) = delete;
@@ -54,12 +62,16 @@ class Context {
   int world_size() const { return world_size_; }
   int local_rank() const { return local_rank_; }
   bool is_root() const { return rank_ == 0; }
+  // A parameter server's context, returned by init() when the job is over: it has no
+  // collectives, and the program has nothing left to do.
+  bool is_server() const { return !collectives_; }
+  const InitOptions& options() const { return options_; }
 
   void barrier();
   // Every rank's value, indexed by rank (for metrics and checksums, not for gradients).
   std::vector<double> allgather(double value);
 
-  comm::Collectives& collectives() { return *collectives_; }
+  comm::Collectives& collectives();
 
   // Set in parameter-server jobs; null otherwise.
   const ParameterServers* parameter_servers() const { return ps_ ? &*ps_ : nullptr; }
@@ -70,6 +82,7 @@ class Context {
   int world_size_;
   int local_rank_;
   std::unique_ptr<comm::Collectives> collectives_;
+  InitOptions options_;
   std::optional<ParameterServers> ps_;
 };
 

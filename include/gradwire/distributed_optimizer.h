@@ -5,11 +5,25 @@
 //       dist, torch::optim::SGD(model->parameters(), 0.05), *model, {.compressor = "fp16"});
 //   ... optimizer.zero_grad(); loss.backward(); optimizer.step();
 //
-// Construction makes every rank start from rank 0's parameters and buffers, and fails
-// (MismatchError) when ranks disagree on the strategy, the codec or the model's shapes.
-// step() exchanges gradients through the strategy, then steps the wrapped optimizer.
-// Every parameter that requires grad takes part; a parameter without a gradient in a step
-// contributes zeros.
+// The contract:
+// - What is accepted: every parameter of `model` that requires grad takes part, and must be
+//   a contiguous float32 CPU tensor; the optimizer must update exactly those parameters.
+//   Construction fails (ConfigError) naming the first parameter that breaks either rule.
+//   Buffers (BatchNorm's statistics) may be of any dtype but must be contiguous CPU tensors.
+// - Construction checks that every rank has the same strategy, codec, parameters and
+//   buffers (names, shapes, dtypes) before any of them moves (MismatchError naming both
+//   sides otherwise), then makes every rank start from rank 0's parameters and buffers.
+// - step() exchanges gradients through the strategy, then steps the wrapped optimizer; a
+//   parameter without a gradient in a step contributes zeros. synchronize() is the
+//   exchange alone: afterwards .grad holds the aggregated gradient, and a step() that
+//   follows it (with no backward between) does not exchange again, so
+//   `synchronize(); clip_grad_norm_(...); step();` works as in Horovod.
+// - Buffers: with broadcast_buffers (the default, as DDP's), rank 0's buffers are copied to
+//   every rank at the end of each step(): all ranks hold equal buffers after every step.
+// - Lifetime: the optimizer registers a gradient hook on every parameter and removes them
+//   when destroyed; a backward pass afterwards runs no gradwire code. A parameter belongs
+//   to one DistributedOptimizer at a time: building a second one on a parameter the first
+//   still holds fails with ConfigError (destroy the first, then build the next).
 //
 // Momentum correction: codecs with error feedback (topk, 2bit) and heavy-ball momentum
 // applied after aggregation do not mix: the residual delays large coordinates and momentum
@@ -17,8 +31,12 @@
 // error feedback on the allgather path and the optimizer is torch::optim::SGD with plain
 // heavy-ball momentum m (no Nesterov, no dampening, the same m in every group), the momentum
 // moves into the codec (`momentum=m`: u = m u + g is compressed, with DGC's momentum factor
-// masking) and the SGD's groups get momentum 0. codec_spec() shows the result; set
-// DistributedOptions::momentum_correction = false to keep the optimizer untouched.
+// masking) and the SGD's groups get momentum 0. Weight decay moves with it: each rank adds
+// wd x w to its gradient before the exchange (inside the corrected momentum, as in the
+// user's SGD, where it is added before momentum), and the groups get weight_decay 0; after
+// synchronize() .grad then holds the aggregate of g + wd x w. codec_spec() shows the
+// result; set DistributedOptions::momentum_correction = false to keep the optimizer
+// untouched.
 #pragma once
 
 #include <memory>
@@ -54,6 +72,10 @@ struct DistributedOptions {
   std::string compressor = "none";     // codec spec, e.g. "topk:density=0.01"
   size_t bucket_bytes = 25u << 20;
   bool momentum_correction = true;  // see above
+  // Copy rank 0's buffers to every rank after each step() (DDP's broadcast_buffers); false
+  // leaves each rank its own after construction. Strategy "ps" never does: its workers do
+  // not step together.
+  bool broadcast_buffers = true;
   ParameterServerOptions ps;
 };
 
@@ -98,13 +120,17 @@ class DistributedOptimizer {
                              std::make_shared<std::decay_t<OptimizerT>>(std::move(optimizer)),
                              model, options) {}
 
+  // Removes the gradient hooks and releases the parameters (see the contract above).
   ~DistributedOptimizer();
+  DistributedOptimizer(const DistributedOptimizer&) = delete;
+  DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
   void zero_grad();
-  // Averages gradients across ranks, then steps the wrapped optimizer.
+  // Averages gradients across ranks (unless synchronize() already did, since the last
+  // backward), steps the wrapped optimizer, then broadcasts rank 0's buffers.
   torch::Tensor step();
   // Only the exchange: afterwards every parameter's .grad holds the aggregated gradient
-  // (use it to clip or inspect gradients before stepping the inner optimizer yourself).
+  // (clip or inspect it, then step()).
   void synchronize();
 
   torch::optim::Optimizer& optimizer();

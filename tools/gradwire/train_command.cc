@@ -86,6 +86,9 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
   if (!o.data_dir.empty()) cmd.insert(cmd.end(), {"--data-dir", o.data_dir});
   if (!o.metrics_path.empty()) cmd.insert(cmd.end(), {"--metrics", o.metrics_path});
   if (!o.worker_speed.empty()) cmd.insert(cmd.end(), {"--worker-speed", o.worker_speed});
+  if (!o.test_worker_exit.empty()) {
+    cmd.insert(cmd.end(), {"--test-worker-exit", o.test_worker_exit});
+  }
   if (!o.ps.checkpoint_dir.empty()) {
     cmd.insert(cmd.end(), {"--checkpoint-dir", o.ps.checkpoint_dir});
   }
@@ -96,6 +99,7 @@ int run_worker(TrainArgs& a) {
   if (a.threads > 0) train::set_compute_threads(a.threads);
   a.options.ps.continue_on_worker_loss = a.on_worker_loss == "continue";
   auto context = gradwire::init();
+  if (context->is_server()) return 0;  // a parameter server whose job is over
   if (a.progress == "tty") {
     a.options.progress = train::ProgressStyle::kTerminal;
   } else if (a.progress == "none") {
@@ -163,6 +167,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--worker-speed", o.worker_speed,
                   "Worker speeds to make staleness real: 1,1,1,0.25 or random:SEED");
+  cmd->add_option("--test-worker-exit", o.test_worker_exit,
+                  "Tests only: R:S makes worker R exit abruptly before its step S")
+      ->group("");  // hidden from --help
   cmd->add_option("--on-worker-loss", args->on_worker_loss,
                   "BSP: fail, or continue without a lost worker (SSP/ASP always continue)")
       ->capture_default_str()

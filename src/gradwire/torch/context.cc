@@ -37,23 +37,34 @@ InitOptions InitOptions::from_environment() {
   options.join_timeout = env_seconds("GRADWIRE_JOIN_TIMEOUT", options.join_timeout);
   options.collective_timeout = env_seconds("GRADWIRE_TIMEOUT", options.collective_timeout);
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) options.socket_ifname = ifname;
+  if (const char* bind = std::getenv("GRADWIRE_PS_BIND"); bind && *bind) options.ps_bind = bind;
   return options;
 }
 
 Context::Context(int rank, int world_size, int local_rank,
-                 std::unique_ptr<comm::Collectives> collectives)
+                 std::unique_ptr<comm::Collectives> collectives, InitOptions options)
     : rank_(rank),
       world_size_(world_size),
       local_rank_(local_rank),
-      collectives_(std::move(collectives)) {}
+      collectives_(std::move(collectives)),
+      options_(std::move(options)) {}
 
 Context::~Context() = default;
 
-void Context::barrier() { collectives_->barrier(); }
+comm::Collectives& Context::collectives() {
+  if (!collectives_) {
+    throw ConfigError(
+        "this process served as a parameter server and its job is over: it has "
+        "no collectives (check context->is_server() after gradwire::init())");
+  }
+  return *collectives_;
+}
+
+void Context::barrier() { collectives().barrier(); }
 
 std::vector<double> Context::allgather(double value) {
   const auto* raw = reinterpret_cast<const uint8_t*>(&value);
-  const auto all = collectives_->allgather_bytes(std::span<const uint8_t>(raw, sizeof(value)));
+  const auto all = collectives().allgather_bytes(std::span<const uint8_t>(raw, sizeof(value)));
   std::vector<double> out(all.size());
   for (size_t r = 0; r < all.size(); ++r) {
     if (all[r].size() != sizeof(double)) throw PayloadError("allgather(double): bad size");
@@ -64,43 +75,34 @@ std::vector<double> Context::allgather(double value) {
 
 namespace {
 
-// A server's whole life: listen, publish the address, serve, exit.
-[[noreturn]] void serve(const comm::WorldInfo& world, const comm::RoleInfo& role,
-                        const comm::ConnectOptions& options) {
-  const std::string name = "server" + std::to_string(role.index);
-  try {
-    const char* bind = std::getenv("GRADWIRE_PS_BIND");
-    comm::ZmqServerTransport transport(name, bind && *bind ? bind : "127.0.0.1");
-    // The last replies (whole models) still go out after run() returns: on a slow link that
-    // takes seconds, so the socket waits for them up to the collective timeout on close.
-    transport.set_linger(options.collective_timeout);
-    std::string endpoint = transport.endpoint();
-    if (const auto any = endpoint.find("0.0.0.0"); any != std::string::npos) {
-      // Listening on every interface: tell workers an address they can reach, the one of
-      // the interface the job talks over (GLOO_SOCKET_IFNAME) when given, else the host name.
-      std::string host;
-      if (!options.socket_ifname.empty()) {
-        host = comm::interface_address(options.socket_ifname);
-      } else {
-        char name[256] = {0};
-        gethostname(name, sizeof(name) - 1);
-        host = name;
-      }
-      endpoint.replace(any, 7, host);
+// A server's whole life: listen, publish the address, serve until every worker is done.
+// Throws what stopped it.
+void serve(const comm::WorldInfo& world, const comm::RoleInfo& role,
+           const comm::ConnectOptions& options, const std::string& bind) {
+  comm::ZmqServerTransport transport("server" + std::to_string(role.index), bind);
+  // The last replies (whole models) still go out after run() returns: on a slow link that
+  // takes seconds, so the socket waits for them up to the collective timeout on close.
+  transport.set_linger(options.collective_timeout);
+  std::string endpoint = transport.endpoint();
+  if (const auto any = endpoint.find("0.0.0.0"); any != std::string::npos) {
+    // Listening on every interface: tell workers an address they can reach, the one of
+    // the interface the job talks over (GLOO_SOCKET_IFNAME) when given, else the host name.
+    std::string host;
+    if (!options.socket_ifname.empty()) {
+      host = comm::interface_address(options.socket_ifname);
+    } else {
+      char name[256] = {0};
+      gethostname(name, sizeof(name) - 1);
+      host = name;
     }
-    strategy::ps::ServerOptions server_options;
-    server_options.index = role.index;
-    server_options.first_hello_timeout = options.collective_timeout;
-    server_options.token = comm::join_as_server(world, role, options, endpoint);
-    strategy::ps::ParameterServer server(transport, server_options);
-    server.run();
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "gradwire %s: %s\n", name.c_str(), e.what());
-    std::fflush(stderr);
-    std::exit(1);
+    endpoint.replace(any, 7, host);
   }
-  std::fflush(stdout);
-  std::exit(0);
+  strategy::ps::ServerOptions server_options;
+  server_options.index = role.index;
+  server_options.first_hello_timeout = options.collective_timeout;
+  server_options.token = comm::join_as_server(world, role, options, endpoint);
+  strategy::ps::ParameterServer server(transport, server_options);
+  server.run();
 }
 
 }  // namespace
@@ -114,12 +116,16 @@ std::shared_ptr<Context> init(const InitOptions& options) {
   const auto role = comm::RoleInfo::from_environment(world);
   if (role.num_servers == 0) {
     return std::make_shared<Context>(world.rank, world.world_size, world.local_rank,
-                                     comm::connect(world, connect_options));
+                                     comm::connect(world, connect_options), options);
   }
-  if (role.server) serve(world, role, connect_options);
+  if (role.server) {
+    serve(world, role, connect_options, options.ps_bind);
+    return std::make_shared<Context>(role.index, role.num_servers, world.local_rank, nullptr,
+                                     options);
+  }
   auto join = comm::join_as_worker(world, role, connect_options);
   auto context = std::make_shared<Context>(role.index, role.num_workers, world.local_rank,
-                                           std::move(join.collectives));
+                                           std::move(join.collectives), options);
   context->set_parameter_servers({std::move(join.server_endpoints), join.token});
   return context;
 }

@@ -2,6 +2,12 @@
 
 #include <torch/torch.h>
 
+#include <atomic>
+#include <cstring>
+#include <mutex>
+#include <unordered_map>
+#include <unordered_set>
+
 #include "gradwire/comm/collectives.h"
 #include "gradwire/comm/zmq_transport.h"
 #include "gradwire/compress/layer_classification.h"
@@ -9,6 +15,7 @@
 #include "gradwire/compress/registry.h"
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
+#include "gradwire/strategy/agreement.h"
 #include "gradwire/strategy/ps/ps_strategy.h"
 #include "gradwire/strategy/ps/updater.h"
 #include "gradwire/strategy/registry.h"
@@ -20,14 +27,110 @@ std::span<float> float_span(const torch::Tensor& t) {
   return {t.data_ptr<float>(), static_cast<size_t>(t.numel())};
 }
 
-void require_dense_cpu_float(const std::string& what, const std::string& name,
-                             const torch::Tensor& t) {
-  if (!t.device().is_cpu() || t.scalar_type() != torch::kFloat || !t.is_contiguous() ||
-      t.is_sparse()) {
-    throw ConfigError(what + " '" + name + "' is " + std::string(t.toString()) +
-                      (t.is_contiguous() ? "" : " (non-contiguous)") +
-                      "; this build of gradwire exchanges contiguous float32 CPU tensors");
+using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
+
+std::string shape_string(const torch::Tensor& t) {
+  std::string out = "[";
+  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
+  return out + "]";
+}
+
+// "Double on cpu", "Float on cuda:0, non-contiguous": what a user needs to fix a tensor.
+std::string describe(const torch::Tensor& t) {
+  std::string out = std::string(c10::toString(t.scalar_type())) + " on " + t.device().str();
+  if (t.layout() != torch::kStrided) return out + ", not dense";
+  return out + (t.is_contiguous() ? "" : ", non-contiguous");
+}
+
+bool dense_cpu(const torch::Tensor& t) {
+  return t.layout() == torch::kStrided && t.device().is_cpu() && t.is_contiguous();
+}
+
+// The model's parameters that take part, each checked to be exchangeable.
+NamedTensors exchanged_parameters(const torch::nn::Module& model) {
+  NamedTensors params;
+  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
+    const torch::Tensor& p = item.value();
+    if (!p.requires_grad()) continue;
+    if (!dense_cpu(p) || p.scalar_type() != torch::kFloat) {
+      throw ConfigError("parameter '" + item.key() + "' is " + describe(p) +
+                        "; DistributedOptimizer exchanges contiguous float32 CPU parameters "
+                        "only (keep the model on the CPU in float32)");
+    }
+    params.emplace_back(item.key(), p);
   }
+  return params;
+}
+
+NamedTensors model_buffers(const torch::nn::Module& model) {
+  NamedTensors buffers;
+  for (const auto& item : model.named_buffers(/*recurse=*/true)) {
+    if (!dense_cpu(item.value())) {
+      throw ConfigError("buffer '" + item.key() + "' is " + describe(item.value()) +
+                        "; buffers must be contiguous CPU tensors");
+    }
+    buffers.emplace_back(item.key(), item.value());
+  }
+  return buffers;
+}
+
+// The parameters exchanged come from the model, those updated from the optimizer: they
+// must be the same set, or an update would skip an exchanged gradient (or the reverse).
+void require_same_parameters(const NamedTensors& params, torch::optim::Optimizer& optimizer) {
+  std::unordered_set<const void*> in_optimizer, in_model;
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) in_optimizer.insert(p.unsafeGetTensorImpl());
+  }
+  for (const auto& [name, p] : params) {
+    in_model.insert(p.unsafeGetTensorImpl());
+    if (!in_optimizer.count(p.unsafeGetTensorImpl())) {
+      throw ConfigError("parameter '" + name +
+                        "' of the model is not in the optimizer: build the optimizer on the "
+                        "model's parameters (every parameter that requires grad is exchanged)");
+    }
+  }
+  for (auto& group : optimizer.param_groups()) {
+    for (auto& p : group.params()) {
+      if (p.requires_grad() && !in_model.count(p.unsafeGetTensorImpl())) {
+        throw ConfigError("the optimizer updates a tensor of shape " + shape_string(p) +
+                          " that is not a parameter of the model given to "
+                          "DistributedOptimizer: its gradient would never be exchanged");
+      }
+    }
+  }
+}
+
+// Which DistributedOptimizer holds a parameter: one at a time per process, since each
+// registers a gradient hook that feeds its own strategy.
+std::mutex g_claims_mutex;
+std::unordered_set<const void*> g_claimed;
+
+void claim_parameters(const NamedTensors& params) {
+  std::lock_guard<std::mutex> lock(g_claims_mutex);
+  for (const auto& [name, p] : params) {
+    if (g_claimed.count(p.unsafeGetTensorImpl())) {
+      throw ConfigError("parameter '" + name +
+                        "' already belongs to another DistributedOptimizer; a parameter "
+                        "belongs to one at a time: destroy the first before building another");
+    }
+  }
+  for (const auto& [name, p] : params) g_claimed.insert(p.unsafeGetTensorImpl());
+}
+
+void release_parameters(const std::vector<torch::Tensor>& params) {
+  std::lock_guard<std::mutex> lock(g_claims_mutex);
+  for (const auto& p : params) g_claimed.erase(p.unsafeGetTensorImpl());
+}
+
+// One line per buffer, checked across ranks like the parameters (agreement.h) before any
+// buffer is broadcast.
+std::vector<std::string> buffer_lines(const NamedTensors& buffers) {
+  std::vector<std::string> lines{"buffers " + std::to_string(buffers.size())};
+  for (const auto& [name, b] : buffers) {
+    lines.push_back("buffer " + name + " " + c10::toString(b.scalar_type()) + " " +
+                    shape_string(b));
+  }
+  return lines;
 }
 
 // The heavy-ball momentum every group of `sgd` uses, or 0 when the groups differ or use
@@ -43,19 +146,27 @@ double common_heavy_ball_momentum(torch::optim::SGD& sgd) {
   return momentum > 0 ? momentum : 0;
 }
 
-// Moves heavy-ball momentum from `optimizer` into the codecs when some tensor's codec uses
-// error feedback on the allgather path (DistributedOptimizer's header says why). Returns
-// the policy to use.
-std::string apply_momentum_correction(torch::optim::Optimizer& optimizer, const std::string& codec,
-                                      const std::vector<compress::TensorInfo>& tensors) {
+struct MomentumCorrection {
+  std::string codec;  // the policy to use
+  // Weight decay moved out of the optimizer, by parameter (TensorImpl*): each rank adds
+  // wd x w to the gradient before the exchange, inside the corrected momentum.
+  std::unordered_map<const void*, double> weight_decay;
+};
+
+// Moves heavy-ball momentum (and with it weight decay) from `optimizer` into the codecs
+// when some tensor's codec uses error feedback on the allgather path (the header says why).
+MomentumCorrection apply_momentum_correction(torch::optim::Optimizer& optimizer,
+                                             const std::string& codec,
+                                             const std::vector<compress::TensorInfo>& tensors) {
+  MomentumCorrection out{codec, {}};
   auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
-  if (!sgd) return codec;
+  if (!sgd) return out;
   const auto policy = compress::CodecPolicy::parse(codec);
   bool needed = false;
   for (const auto& tensor : tensors) {
     const std::string spec = policy.spec_for(tensor);
     const Spec parsed = Spec::parse(spec);
-    if (parsed.params.count("momentum")) return codec;  // the user chose
+    if (parsed.params.count("momentum")) return out;  // the user chose
     const auto codec_instance = policy.create(tensor);
     if (compress::uses_error_feedback(spec) && !codec_instance->additive_wire() &&
         !codec_instance->low_rank()) {
@@ -63,11 +174,17 @@ std::string apply_momentum_correction(torch::optim::Optimizer& optimizer, const 
     }
   }
   const double momentum = needed ? common_heavy_ball_momentum(*sgd) : 0.0;
-  if (momentum <= 0) return codec;
+  if (momentum <= 0) return out;
   for (auto& group : sgd->param_groups()) {
-    static_cast<torch::optim::SGDOptions&>(group.options()).momentum(0);
+    auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
+    if (o.weight_decay() != 0) {
+      for (auto& p : group.params()) out.weight_decay[p.unsafeGetTensorImpl()] = o.weight_decay();
+    }
+    o.momentum(0);
+    o.weight_decay(0);
   }
-  return policy.with_momentum(momentum).canonical();
+  out.codec = policy.with_momentum(momentum).canonical();
+  return out;
 }
 
 std::unique_ptr<strategy::Strategy> make_ps_strategy(const Context& context,
@@ -97,7 +214,8 @@ std::unique_ptr<strategy::Strategy> make_ps_strategy(const Context& context,
   o.config.consistency = strategy::ps::Consistency::parse(ps.consistency);
   o.config.updater = strategy::ps::UpdaterOptions::parse(ps.updater).spec();
   o.config.lr = group.lr();
-  o.config.momentum = group.momentum();  // 0 after momentum correction moved it into codecs
+  // Both 0 after momentum correction moved them into the codecs and the gradients.
+  o.config.momentum = group.momentum();
   o.config.weight_decay = group.weight_decay();
   o.config.pull = strategy::ps::PullCodec::parse(ps.pull);
   o.config.continue_on_worker_loss = ps.continue_on_worker_loss;
@@ -108,7 +226,7 @@ std::unique_ptr<strategy::Strategy> make_ps_strategy(const Context& context,
   o.codec = codec;
   o.worker = context.rank();
   o.token = servers->token;
-  o.timeout = InitOptions::from_environment().collective_timeout;
+  o.timeout = context.options().collective_timeout;
   std::vector<std::pair<std::string, std::string>> peers;
   for (size_t s = 0; s < servers->endpoints.size(); ++s) {
     o.servers.push_back("server" + std::to_string(s));
@@ -125,8 +243,46 @@ struct DistributedOptimizer::Impl {
   std::shared_ptr<Context> context;
   std::shared_ptr<torch::optim::Optimizer> optimizer;
   std::vector<torch::Tensor> params;
+  std::vector<double> weight_decay;  // per parameter, added to its gradient (see above)
+  std::vector<torch::Tensor> buffers;
+  Bytes buffer_staging;  // all buffers' bytes, for one broadcast per step
+  bool broadcast_buffers = true;
   std::unique_ptr<strategy::Strategy> strategy;
   std::string codec_spec;
+  bool claimed = false;
+  std::vector<unsigned> hooks;  // hooks[i]: the hook registered on params[i]
+  // synchronize() ran and no gradient was produced since: step() does not exchange again.
+  std::atomic<bool> exchanged{false};
+
+  ~Impl() {
+    // The hooks point at this object: none may outlive it.
+    for (size_t i = 0; i < hooks.size(); ++i) params[i].remove_hook(hooks[i]);
+    if (claimed) release_parameters(params);
+  }
+
+  // Rank 0's buffers to every rank, in one broadcast.
+  void broadcast_buffers_from_rank0() {
+    if (buffers.empty() || context->world_size() == 1) return;
+    size_t total = 0;
+    for (const auto& b : buffers) total += b.nbytes();
+    buffer_staging.resize(total);
+    const bool root = context->rank() == 0;
+    if (root) {
+      size_t offset = 0;
+      for (const auto& b : buffers) {
+        std::memcpy(buffer_staging.data() + offset, b.data_ptr(), b.nbytes());
+        offset += b.nbytes();
+      }
+    }
+    context->collectives().broadcast(buffer_staging.data(), total, 0);
+    if (!root) {
+      size_t offset = 0;
+      for (auto& b : buffers) {
+        std::memcpy(b.data_ptr(), buffer_staging.data() + offset, b.nbytes());
+        offset += b.nbytes();
+      }
+    }
+  }
 };
 
 DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
@@ -135,42 +291,46 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
                                            const DistributedOptions& options)
     : impl_(std::make_unique<Impl>()) {
   if (!context) throw ConfigError("DistributedOptimizer needs the context from gradwire::init()");
+  if (context->is_server()) {
+    throw ConfigError(
+        "this process served as a parameter server and the job is over: a program checks "
+        "context->is_server() after gradwire::init() and returns");
+  }
   if (!optimizer) throw ConfigError("DistributedOptimizer needs an optimizer");
   impl_->context = std::move(context);
   impl_->optimizer = std::move(optimizer);
+  impl_->broadcast_buffers = options.broadcast_buffers && options.strategy != "ps";
+
+  // Everything a user can get wrong locally is checked before any collective.
+  const NamedTensors params = exchanged_parameters(model);
+  require_same_parameters(params, *impl_->optimizer);
+  const NamedTensors buffers = model_buffers(model);
+  claim_parameters(params);
+  impl_->claimed = true;
 
   std::vector<compress::TensorInfo> tensors;
-  strategy::FloatSpans param_spans, buffer_spans;
-  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    const torch::Tensor& p = item.value();
-    if (!p.requires_grad()) continue;
-    require_dense_cpu_float("parameter", item.key(), p);
+  strategy::FloatSpans param_spans;
+  for (const auto& [name, p] : params) {
     compress::TensorInfo info;
-    info.name = item.key();
+    info.name = name;
     info.shape = p.sizes().vec();
     info.kind = compress::classify_parameter(info.name, info.shape);
     tensors.push_back(std::move(info));
     impl_->params.push_back(p);
     param_spans.push_back(float_span(p));
   }
-  auto& collectives = impl_->context->collectives();
-  for (const auto& item : model.named_buffers(/*recurse=*/true)) {
-    torch::Tensor b = item.value();
-    if (!b.device().is_cpu() || !b.is_contiguous()) {
-      throw ConfigError("buffer '" + item.key() + "' must be a contiguous CPU tensor");
-    }
-    if (b.scalar_type() == torch::kFloat) {
-      buffer_spans.push_back(float_span(b));
-    } else {
-      // Non-float buffers (e.g. BatchNorm's num_batches_tracked) travel as raw bytes.
-      collectives.broadcast(b.data_ptr(), b.numel() * b.element_size(), 0);
-    }
-  }
+  for (const auto& [name, b] : buffers) impl_->buffers.push_back(b);
 
   std::string codec = options.compressor;
   if (options.momentum_correction) {
-    codec = apply_momentum_correction(*impl_->optimizer, codec, tensors);
+    auto correction = apply_momentum_correction(*impl_->optimizer, codec, tensors);
+    codec = std::move(correction.codec);
+    for (const auto& p : impl_->params) {
+      const auto it = correction.weight_decay.find(p.unsafeGetTensorImpl());
+      impl_->weight_decay.push_back(it == correction.weight_decay.end() ? 0.0 : it->second);
+    }
   }
+  impl_->weight_decay.resize(impl_->params.size(), 0.0);
   impl_->codec_spec = compress::CodecPolicy::parse(codec).canonical();
 
   if (options.strategy == "ps") {
@@ -180,18 +340,26 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
     strategy_options.name = options.strategy;
     strategy_options.codec = codec;
     strategy_options.bucket_bytes = options.bucket_bytes;
-    impl_->strategy = strategy::create_strategy(collectives, strategy_options);
+    impl_->strategy = strategy::create_strategy(impl_->context->collectives(), strategy_options);
   }
   {
     torch::NoGradGuard no_grad;
-    impl_->strategy->start(tensors, param_spans, buffer_spans);
+    // Buffers are checked across ranks before the first of them moves, then the strategy
+    // checks its configuration and the parameters the same way before broadcasting them.
+    strategy::check_same_configuration(impl_->context->collectives(), buffer_lines(buffers));
+    impl_->broadcast_buffers_from_rank0();
+    impl_->strategy->start(tensors, param_spans);
   }
 
   // Tell the strategy when each gradient is produced, so it can start exchanging during
   // backward (as Horovod does). The tensor hook runs just before accumulation into .grad.
+  // The hooks are removed by ~Impl, so the raw pointer never dangles.
+  Impl* impl = impl_.get();
   for (size_t i = 0; i < impl_->params.size(); ++i) {
-    strategy::Strategy* s = impl_->strategy.get();
-    impl_->params[i].register_hook([s, i](const torch::Tensor&) { s->gradient_ready(i); });
+    impl_->hooks.push_back(impl_->params[i].register_hook([impl, i](const torch::Tensor&) {
+      impl->exchanged.store(false, std::memory_order_relaxed);
+      impl->strategy->gradient_ready(i);
+    }));
   }
 }
 
@@ -201,32 +369,38 @@ void DistributedOptimizer::zero_grad() { impl_->optimizer->zero_grad(); }
 
 void DistributedOptimizer::synchronize() {
   torch::NoGradGuard no_grad;
-  strategy::FloatSpans grads;
-  grads.reserve(impl_->params.size());
-  for (auto& p : impl_->params) {
-    if (!p.grad().defined()) {
-      p.mutable_grad() = torch::zeros_like(p);
-    } else if (!p.grad().is_contiguous()) {
-      p.mutable_grad() = p.grad().contiguous();
-    }
-    grads.push_back(float_span(p.grad()));
-  }
-  impl_->strategy->synchronize(grads);
-}
-
-torch::Tensor DistributedOptimizer::step() {
   if (impl_->strategy->applies_update()) {
     const auto& groups = impl_->optimizer->param_groups();
     if (!groups.empty() && groups[0].options().get_lr() > 0) {
       impl_->strategy->set_learning_rate(groups[0].options().get_lr());
     }
   }
-  synchronize();
+  strategy::FloatSpans grads;
+  grads.reserve(impl_->params.size());
+  for (size_t i = 0; i < impl_->params.size(); ++i) {
+    auto& p = impl_->params[i];
+    if (!p.grad().defined()) {
+      p.mutable_grad() = torch::zeros_like(p);
+    } else if (!p.grad().is_contiguous()) {
+      p.mutable_grad() = p.grad().contiguous();
+    }
+    if (impl_->weight_decay[i] != 0) p.mutable_grad().add_(p, impl_->weight_decay[i]);
+    grads.push_back(float_span(p.grad()));
+  }
+  impl_->strategy->synchronize(grads);
+  impl_->exchanged.store(true, std::memory_order_relaxed);
+}
+
+torch::Tensor DistributedOptimizer::step() {
+  if (!impl_->exchanged.load(std::memory_order_relaxed)) synchronize();
+  impl_->exchanged.store(false, std::memory_order_relaxed);
   torch::Tensor result;
   if (!impl_->strategy->applies_update()) result = impl_->optimizer->step();
+  torch::NoGradGuard no_grad;
   strategy::FloatSpans params;
   for (auto& p : impl_->params) params.push_back(float_span(p));
   impl_->strategy->after_update(params);
+  if (impl_->broadcast_buffers) impl_->broadcast_buffers_from_rank0();
   return result;
 }
 

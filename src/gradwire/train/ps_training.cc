@@ -27,15 +27,13 @@
 namespace gradwire::train {
 namespace {
 
-// GRADWIRE_TEST_WORKER_EXIT=R:S makes worker R exit abruptly (status 9, no goodbye) before
-// its step S: how the tests lose a worker for real.
-std::optional<std::pair<int, uint64_t>> scheduled_exit() {
-  const char* text = std::getenv("GRADWIRE_TEST_WORKER_EXIT");
-  if (!text || !*text) return std::nullopt;
+// TrainOptions::test_worker_exit, parsed: (worker, step), or nothing.
+std::optional<std::pair<int, uint64_t>> scheduled_exit(const std::string& text) {
+  if (text.empty()) return std::nullopt;
   int rank = 0;
   unsigned long long step = 0;
-  if (std::sscanf(text, "%d:%llu", &rank, &step) != 2) {
-    throw ConfigError(std::string("GRADWIRE_TEST_WORKER_EXIT=") + text + " is not RANK:STEP");
+  if (std::sscanf(text.c_str(), "%d:%llu", &rank, &step) != 2) {
+    throw ConfigError("--test-worker-exit " + text + " is not RANK:STEP");
   }
   return std::make_pair(rank, static_cast<uint64_t>(step));
 }
@@ -94,7 +92,7 @@ double worker_speed(const std::string& spec, int rank, int workers) {
 TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context> context_ptr) {
   Context& context = *context_ptr;
   const double speed = worker_speed(options.worker_speed, context.rank(), context.world_size());
-  const auto exit_at = scheduled_exit();
+  const auto exit_at = scheduled_exit(options.test_worker_exit);
   const std::string dir = options.data_dir.empty() ? kFashionMnistDir : options.data_dir;
   const Dataset train_set = load_fashion_mnist(dir, /*train=*/true, options.train_limit);
   const Dataset test_set =
@@ -181,7 +179,7 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
 
   while (!progress.done) {
     if (exit_at && exit_at->first == context.rank() && exit_at->second == steps) {
-      std::fprintf(stderr, "worker %d: exiting abruptly at step %llu (GRADWIRE_TEST_WORKER_EXIT)\n",
+      std::fprintf(stderr, "worker %d: exiting abruptly at step %llu (--test-worker-exit)\n",
                    context.rank(), static_cast<unsigned long long>(steps));
       std::fflush(stderr);
       std::_Exit(9);

@@ -50,6 +50,9 @@ struct TrainOptions {
   // "1,1,1,0.25" (one per worker), or "random:SEED" (uniform in [0.25, 1]). A worker of
   // speed s sleeps (1/s - 1) x its compute time after each step's computation.
   std::string worker_speed;
+  // Tests only (`--test-worker-exit`, hidden): "R:S" makes worker R of a parameter-server
+  // job exit abruptly (status 9, no goodbye) before its step S, to lose a worker for real.
+  std::string test_worker_exit;
 };
 
 struct TrainResult {
