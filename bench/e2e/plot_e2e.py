@@ -85,6 +85,8 @@ def aggregate(rows):
             "train_s": mean([number(r["train_s"]) for r in runs]),
             "overhead": mean([number(r["overhead"]) for r in runs]),
             "bytes_per_step": mean([number(r["bytes_per_step"]) for r in runs]),
+            # Not in CSVs of earlier versions.
+            "wire_bytes_per_step": mean([number(r.get("wire_bytes_per_step")) for r in runs]),
             "target": number(runs[0]["target_accuracy"]),
             "curves": [r["curve"] for r in runs],
         }
@@ -221,8 +223,9 @@ def write_tables(summary, rows, models, bandwidths, configs, path):
             base_t = base["time_to_target"] if base else None
             lines.append(f"### {model}, {bw} per host: time to {100 * target:.0f}% test accuracy\n")
             lines.append("| system | configuration | time to target (s) | vs DDP fp16 | final accuracy "
-                         "| training (s) | overhead over floor | bytes per step |")
-            lines.append("|---|---|---|---|---|---|---|---|")
+                         "| training (s) | overhead over floor | bytes per step (contributed) "
+                         "| bytes per step (on the wire) |")
+            lines.append("|---|---|---|---|---|---|---|---|---|")
             for key in keys:
                 s = summary[key]
                 if s["time_to_target"] is None:
@@ -236,7 +239,8 @@ def write_tables(summary, rows, models, bandwidths, configs, path):
                     f"| {s['system']} | `{key[2]}` | {ttt} | {ratio} | "
                     f"{fmt(100 * s['final_accuracy'] if s['final_accuracy'] is not None else None, '.2f')}% | "
                     f"{fmt(s['train_s'], '.1f')} | {fmt(s['overhead'], '.2f')} | "
-                    f"{fmt(s['bytes_per_step'], ',.0f')} |")
+                    f"{fmt(s['bytes_per_step'], ',.0f')} | "
+                    f"{fmt(s['wire_bytes_per_step'], ',.0f') or 'not measured'} |")
             lines.append("")
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:

@@ -25,8 +25,9 @@ can otherwise reach Gloo in different orders on different ranks, which Gloo abor
 Gloo in torch 1.13 cannot sum bfloat16 ("Invalid scalar type"); there the bf16 hook's
 allreduce runs as a ring (reduce-scatter then allgather) of bfloat16 chunks over
 send/recv, inside the hook, so it does not overlap backward as Gloo's asynchronous
-allreduce does. "bytes_sent" counts what each rank hands to the hooks' allreduces (its
-contribution, as gradwire counts), summed over ranks.
+allreduce does. "bytes_contributed" counts what each rank hands to the hooks' allreduces,
+"bytes_on_wire" what its sends put on the network (Gloo's ring allreduce: 2(W-1) chunks of
+ceil(B/W) bytes; the bf16 ring: its chunks), both summed over ranks, as gradwire counts.
 """
 
 import argparse
@@ -161,18 +162,27 @@ def evaluate(model, images, labels):
 
 # ---- communication hooks ----------------------------------------------------------------
 
+def ring_allreduce_wire_bytes(nbytes, world):
+    """What one rank sends in Gloo's ring allreduce (gradwire's comm/wire_bytes.h)."""
+    return 0 if world < 2 else 2 * (world - 1) * ((nbytes + world - 1) // world)
+
+
 class ByteCounter:
-    """Counts the bytes each rank hands to dist.all_reduce from inside a DDP hook."""
+    """Counts the bytes each rank hands to dist.all_reduce from inside a DDP hook, and what
+    its sends put on the wire."""
 
     def __init__(self):
-        self.bytes = 0
+        self.contributed = 0
+        self.wire = 0
         self.active = False
         self._all_reduce = dist.all_reduce
         dist.all_reduce = self._counting_all_reduce
 
     def _counting_all_reduce(self, tensor, *args, **kwargs):
         if self.active:
-            self.bytes += tensor.numel() * tensor.element_size()
+            nbytes = tensor.numel() * tensor.element_size()
+            self.contributed += nbytes
+            self.wire += ring_allreduce_wire_bytes(nbytes, dist.get_world_size())
         return self._all_reduce(tensor, *args, **kwargs)
 
     def wrap(self, hook):
@@ -198,7 +208,7 @@ def ring_allreduce_(flat, counter):
     """Sums `flat` (1-D, any dtype) over all ranks in place: reduce-scatter, then allgather,
     each W-1 exchanges of one chunk with the ring's neighbours."""
     world, rank = dist.get_world_size(), dist.get_rank()
-    counter.bytes += flat.numel() * flat.element_size()
+    counter.contributed += flat.numel() * flat.element_size()
     if world == 1:
         return flat
     chunks = list(flat.tensor_split(world))
@@ -206,6 +216,7 @@ def ring_allreduce_(flat, counter):
     for k in range(world - 1):
         send, recv = chunks[(rank - k) % world], chunks[(rank - k - 1) % world]
         incoming = torch.empty_like(recv)
+        counter.wire += send.numel() * send.element_size()
         ops = [dist.P2POp(dist.isend, send.contiguous(), right),
                dist.P2POp(dist.irecv, incoming, left)]
         for work in dist.batch_isend_irecv(ops):
@@ -214,6 +225,7 @@ def ring_allreduce_(flat, counter):
     for k in range(world - 1):
         send, recv = chunks[(rank - k + 1) % world], chunks[(rank - k) % world]
         incoming = torch.empty_like(recv)
+        counter.wire += send.numel() * send.element_size()
         ops = [dist.P2POp(dist.isend, send.contiguous(), right),
                dist.P2POp(dist.irecv, incoming, left)]
         for work in dist.batch_isend_irecv(ops):
@@ -403,17 +415,21 @@ def main(argv):
         if state["evaluated"] != state["step"]:
             evaluate_now(epoch)
         mean_loss = all_ranks_sum(loss_sum / max(1, samples)) / world
-        sent = all_ranks_sum(counter.bytes)
+        contributed = all_ranks_sum(counter.contributed)
+        wire = all_ranks_sum(counter.wire)
         dense = 4.0 * numel * state["step"] * world
+        dense_wire = ring_allreduce_wire_bytes(4 * numel, world) * state["step"] * world
         last = {"epoch": epoch, "train_loss": mean_loss, "test_accuracy": state["accuracy"],
                 "elapsed_s": time.monotonic() - job_start, "train_s": clock.seconds(),
                 "steps": state["step"], "samples_per_s": samples * world / train_s,
-                "bytes_sent": int(sent), "bytes_dense": int(dense)}
+                "bytes_contributed": int(contributed), "bytes_on_wire": int(wire),
+                "bytes_dense": int(dense), "bytes_dense_on_wire": int(dense_wire)}
         write(dict(last, event="epoch"))
         if root:
             print(f"epoch {epoch}/{args.epochs}: train_loss {mean_loss:.4f} test_accuracy "
-                  f"{100 * state['accuracy']:.2f}% {train_s:.1f} s sent {sent / 1e6:.2f} MB "
-                  f"({sent / dense if dense else 0:.4f} of dense)", flush=True)
+                  f"{100 * state['accuracy']:.2f}% {train_s:.1f} s on the wire "
+                  f"{wire / 1e6:.2f} MB ({wire / dense_wire if dense_wire else 0:.4f} of dense "
+                  f"fp32's)", flush=True)
 
     checksum = parameter_crc32(model)
     gathered = [None] * world
@@ -426,7 +442,8 @@ def main(argv):
     if root:
         print(f"summary: {world} workers, {args.model}, DDP {args.hook}: test accuracy "
               f"{100 * summary['test_accuracy']:.2f}%, {summary['train_s']:.1f} s training, "
-              f"bytes_sent/bytes_dense {summary['bytes_sent'] / max(1, summary['bytes_dense']):.4f}, "
+              f"bytes_on_wire/bytes_dense_on_wire "
+              f"{summary['bytes_on_wire'] / max(1, summary['bytes_dense_on_wire']):.4f}, "
               f"ranks' parameters {'identical' if len(set(gathered)) == 1 else 'DIFFER'}",
               flush=True)
     if metrics:

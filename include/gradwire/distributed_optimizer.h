@@ -79,10 +79,18 @@ struct DistributedOptions {
   ParameterServerOptions ps;
 };
 
+// This rank's traffic since construction. Contributed: what its codecs produced for the
+// exchange. On the wire: what its sends put on the network, from the algorithm's pattern
+// (a ring allreduce sends about 2(W-1)/W times its contribution, an allgather W-1 times
+// it, padded to the largest rank's; a parameter-server push, the message itself; TCP/IP
+// headers excluded). The dense figures are the same for fp32 gradients exchanged by
+// allreduce: compare on the wire with on the wire.
 struct TrafficCounters {
   uint64_t steps = 0;
-  uint64_t bytes_sent = 0;   // this rank's bytes handed to the network for exchange
-  uint64_t bytes_dense = 0;  // what dense fp32 exchange would have handed
+  uint64_t bytes_contributed = 0;
+  uint64_t bytes_on_wire = 0;
+  uint64_t bytes_dense = 0;
+  uint64_t bytes_dense_on_wire = 0;
 };
 
 // Parameter-server jobs: what the servers counted over all workers.

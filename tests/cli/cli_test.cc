@@ -46,7 +46,9 @@ TEST(CliTest, TrainTwoWorkersOneEpochWritesMetrics) {
   EXPECT_EQ(summary["event"], "summary");
   EXPECT_EQ(summary["workers"], 2);
   EXPECT_GT(summary["test_accuracy"].get<double>(), 0.80);
-  EXPECT_EQ(summary["bytes_sent"], summary["bytes_dense"]);  // "none" sends dense fp32
+  // "none" sends dense fp32, by allreduce.
+  EXPECT_EQ(summary["bytes_contributed"], summary["bytes_dense"]);
+  EXPECT_EQ(summary["bytes_on_wire"], summary["bytes_dense_on_wire"]);
   ASSERT_EQ(summary["param_checksums"].size(), 2u);
   EXPECT_EQ(summary["param_checksums"][0], summary["param_checksums"][1]);
   for (const char* key : {"train_loss", "elapsed_s", "samples_per_s", "strategy", "compressor"}) {

@@ -24,7 +24,9 @@ TEST(GlooCollectivesTest, AllreduceFloat32AndFloat16) {
     at::Tensor h = at::full({4}, rank + 1.0, at::kHalf);
     c.allreduce_sum(h.data_ptr(), 4, DataType::kFloat16);
     EXPECT_TRUE(h.to(at::kFloat).eq(6.0).all().item<bool>());
-    EXPECT_EQ(c.bytes_sent(), 12u + 8u);
+    EXPECT_EQ(c.traffic().contributed, 12u + 8u);
+    // Ring allreduce over 3 ranks: 2 x 2 chunks of ceil(B/3) bytes.
+    EXPECT_EQ(c.traffic().on_wire, 2u * 2 * 4 + 2u * 2 * 3);
   });
 }
 
@@ -38,6 +40,10 @@ TEST(GlooCollectivesTest, AllgatherVariableSizesAndBroadcast) {
     c.broadcast(v.data(), sizeof(float) * 3, 2);
     EXPECT_EQ(v, std::vector<float>(3, 2.0f));
     c.barrier();
+    // Allgather: sizes (8 bytes) and data padded to 4 bytes, each forwarded to 2 peers;
+    // broadcast from rank 2: a binomial tree in which only the root sends (twice).
+    EXPECT_EQ(c.traffic().contributed, 2u * rank + (rank == 2 ? 12u : 0u));
+    EXPECT_EQ(c.traffic().on_wire, 2u * 8 + 2u * 4 + (rank == 2 ? 2u * 12 : 0u));
   });
 }
 

@@ -17,8 +17,25 @@ TEST(LocalCollectivesTest, AllreduceSumsInRankOrder) {
     std::vector<float> v{float(c.rank()), 1.0f, -2.0f * c.rank()};
     c.allreduce_sum(v.data(), v.size(), DataType::kFloat32);
     EXPECT_EQ(v, (std::vector<float>{6.0f, 4.0f, -12.0f}));
-    EXPECT_EQ(c.bytes_sent(), 12u);
+    EXPECT_EQ(c.traffic().contributed, 12u);
+    EXPECT_EQ(c.traffic().on_wire, 2u * 3 * 3);  // ring: 2(W-1) chunks of ceil(12/4)
   });
+}
+
+TEST(WireBytesTest, BinomialBroadcastSendsOncePerNonRootRankAndLog2WFromTheRoot) {
+  for (int world = 1; world <= 9; ++world) {
+    for (int root = 0; root < world; ++root) {
+      int total = 0;
+      for (int rank = 0; rank < world; ++rank) total += tree_broadcast_sends(world, rank, root);
+      EXPECT_EQ(total, world - 1) << "world " << world << " root " << root;
+      int log2_ceil = 0;
+      while ((1 << log2_ceil) < world) ++log2_ceil;
+      EXPECT_EQ(tree_broadcast_sends(world, root, root), log2_ceil) << "world " << world;
+    }
+  }
+  EXPECT_EQ(ring_allreduce_wire_bytes(1000, 4), 2u * 3 * 250);
+  EXPECT_EQ(ring_allreduce_wire_bytes(1000, 1), 0u);
+  EXPECT_EQ(ring_allgather_wire_bytes(100, 4), 300u);
 }
 
 TEST(LocalCollectivesTest, AllgatherKeepsEachRanksSize) {

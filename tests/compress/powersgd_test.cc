@@ -95,7 +95,7 @@ TEST(PowerSgdTest, AllreduceStrategyAveragesFactorsAndKeepsVectorsExact) {
     for (size_t i = 0; i < 60; ++i) EXPECT_NEAR(g[i], expected[i], 1e-4) << i;
     EXPECT_EQ(bias, std::vector<float>(6, 0.5f));
     results[c.rank()] = g;
-    sent[c.rank()] = s.traffic().bytes_sent;
+    sent[c.rank()] = s.traffic().bytes_contributed;
     dense[c.rank()] = s.traffic().bytes_dense;
   });
   EXPECT_EQ(results[0], results[1]);

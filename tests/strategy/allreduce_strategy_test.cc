@@ -184,8 +184,10 @@ TEST(AllreduceStrategyTest, NoneAveragesExactly) {
     for (int i = 0; i < 6; ++i) grad[i] = float(c.rank() * 6 + i);
     strategy.synchronize({grad});
     for (int i = 0; i < 6; ++i) EXPECT_FLOAT_EQ(grad[i], float(6 + i));  // mean of r*6+i
-    EXPECT_EQ(strategy.traffic().bytes_sent, 24u);
+    EXPECT_EQ(strategy.traffic().bytes_contributed, 24u);
     EXPECT_EQ(strategy.traffic().bytes_dense, 24u);
+    EXPECT_EQ(strategy.traffic().bytes_on_wire, 2u * 2 * 8);  // ring over 3 ranks
+    EXPECT_EQ(strategy.traffic().bytes_dense_on_wire, 2u * 2 * 8);
   });
 }
 
@@ -264,7 +266,12 @@ TEST(AllreduceStrategyTest, SparseCodecSendsLessThanDense) {
     strategy.synchronize(model.spans(model.grads));
     const auto t = strategy.traffic();
     EXPECT_EQ(t.bytes_dense, (288u + 8 + 3000 + 10) * 4);
-    EXPECT_LT(t.bytes_sent * 10, t.bytes_dense);
+    EXPECT_LT(t.bytes_contributed * 10, t.bytes_dense);
+    // An allgather forwards every contribution: on the wire it is at least (W-1) times
+    // the contribution, where dense fp32 would cost a ring allreduce.
+    EXPECT_GE(t.bytes_on_wire, t.bytes_contributed);
+    EXPECT_EQ(t.bytes_dense_on_wire, 2u * 1 * ((288u + 8 + 3000 + 10) * 4 / 2));
+    EXPECT_LT(t.bytes_on_wire * 10, t.bytes_dense_on_wire);
   });
 }
 

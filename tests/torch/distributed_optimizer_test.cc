@@ -157,7 +157,8 @@ TEST_P(CodecOverGlooTest, EveryRankEndsWithIdenticalParameters) {
     }
   }
   EXPECT_EQ(traffic[0].steps, 5u);
-  EXPECT_GT(traffic[0].bytes_sent, 0u);
+  EXPECT_GT(traffic[0].bytes_contributed, 0u);
+  EXPECT_GT(traffic[0].bytes_on_wire, 0u);
 }
 
 INSTANTIATE_TEST_SUITE_P(Codecs, CodecOverGlooTest,

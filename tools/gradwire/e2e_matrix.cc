@@ -224,12 +224,16 @@ Outcome read_outcome(const std::string& metrics_path, double target, int workers
       out.codec = j.value("codec", "");
       out.final_accuracy = j.value("test_accuracy", 0.0);
       out.train_s = j.value("train_s", j.value("elapsed_s", 0.0));
-      const double sent = j.value("bytes_sent", 0.0), received = j.value("bytes_received", 0.0);
+      // Metrics of earlier versions have only "bytes_sent" (the contribution).
+      const double sent = j.value("bytes_contributed", j.value("bytes_sent", 0.0));
+      const double wire = j.value("bytes_on_wire", 0.0);
+      const double received = j.value("bytes_received", 0.0);
       // Worker steps: per-rank steps x workers, or (parameter server) samples / batch.
       double steps = j.contains("samples") ? j["samples"].get<double>() / batch_size
                                            : j.value("steps", 0.0) * workers;
       if (steps > 0) {
         out.bytes_per_step = sent / steps;
+        out.wire_bytes_per_step = wire / steps;
         out.bytes_received_per_step = received / steps;
       }
     }
@@ -243,7 +247,7 @@ void write_csv(const std::string& path, const Settings& settings, const std::vec
   std::ofstream csv(path, std::ios::trunc);
   if (!csv) throw SystemError(errno_message("cannot write " + path, errno));
   csv << "system,config,codec,model,bandwidth,run,status,target_accuracy,time_to_target_s,"
-         "final_accuracy,train_s,compute_floor_s,overhead,bytes_per_step,"
+         "final_accuracy,train_s,compute_floor_s,overhead,bytes_per_step,wire_bytes_per_step,"
          "bytes_received_per_step,metrics\n";
   for (const Run& run : runs) {
     const auto found = outcomes.find(run.index);
@@ -264,7 +268,9 @@ void write_csv(const std::string& path, const Settings& settings, const std::vec
         << (o.complete ? number(o.train_s) : "") << ","
         << (floor != floors.end() ? number(floor->second) : "") << "," << overhead << ","
         << (o.complete ? number(std::round(o.bytes_per_step)) : "") << ","
-        << (o.complete ? number(std::round(o.bytes_received_per_step)) : "") << ","
+        << (o.complete && o.wire_bytes_per_step > 0 ? number(std::round(o.wire_bytes_per_step))
+                                                    : "")
+        << "," << (o.complete ? number(std::round(o.bytes_received_per_step)) : "") << ","
         << csv_field(runs_dir + "/" + run.id + ".jsonl") << "\n";
   }
   if (!csv) throw SystemError(errno_message("writing " + path + " failed", errno));

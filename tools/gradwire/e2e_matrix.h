@@ -93,7 +93,8 @@ struct Outcome {
   std::optional<double> time_to_target_s;
   double final_accuracy = 0;
   double train_s = 0;
-  double bytes_per_step = 0;           // sent per worker per step (its contribution)
+  double bytes_per_step = 0;           // contributed per worker per step (codec output)
+  double wire_bytes_per_step = 0;      // put on the network per worker per step (0: unknown)
   double bytes_received_per_step = 0;  // pulled per worker per step (parameter server)
   size_t last_step = 0;                // progress so far
 };

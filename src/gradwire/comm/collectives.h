@@ -10,8 +10,10 @@
 //  * Every call is bounded by timeout(): when a peer does not arrive in time, or is gone,
 //    the call throws TimeoutError (or Error) naming the ranks that did not arrive, instead
 //    of hanging.
-//  * bytes_sent() counts every byte this rank handed to the network (padding included),
-//    so traffic figures are measured where the data leaves, not estimated.
+//  * traffic() counts, per rank, what it contributed (its allreduce buffer, its allgather
+//    data, a broadcast root's buffer) and what its sends put on the network in Gloo's
+//    algorithms (wire_bytes.h); the two differ by the algorithm's factor, e.g. about
+//    2(W-1)/W for a ring allreduce and (W-1), plus padding, for an allgather.
 #pragma once
 
 #include <chrono>
@@ -21,6 +23,7 @@
 #include <string>
 #include <vector>
 
+#include "gradwire/comm/wire_bytes.h"
 #include "gradwire/core/bytes.h"
 
 namespace gradwire::comm {
@@ -67,7 +70,28 @@ class Collectives {
 
   virtual void barrier() = 0;
 
-  virtual uint64_t bytes_sent() const = 0;
+  const CollectiveTraffic& traffic() const { return traffic_; }
+
+ protected:
+  // Implementations call these once per operation, so every one counts alike.
+  void count_allreduce(size_t bytes) {
+    traffic_.contributed += bytes;
+    traffic_.on_wire += ring_allreduce_wire_bytes(bytes, size());
+  }
+  // `data` bytes of this rank, padded to `padded` for the exchange; a first round
+  // exchanges every rank's size (8 bytes).
+  void count_allgather(size_t data, size_t padded) {
+    traffic_.contributed += data;
+    traffic_.on_wire += ring_allgather_wire_bytes(sizeof(int64_t), size()) +
+                        ring_allgather_wire_bytes(padded, size());
+  }
+  void count_broadcast(size_t bytes, int root) {
+    if (rank() == root) traffic_.contributed += bytes;
+    traffic_.on_wire += tree_broadcast_wire_bytes(bytes, size(), rank(), root);
+  }
+
+ private:
+  CollectiveTraffic traffic_;
 };
 
 // A Work that is already complete (or already failed, rethrowing on wait()).

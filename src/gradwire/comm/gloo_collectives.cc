@@ -82,11 +82,10 @@ class GlooCollectives : public Collectives {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
-  uint64_t bytes_sent() const override { return bytes_sent_; }
 
   std::unique_ptr<Work> allreduce_sum_async(void* data, size_t count, DataType type) override {
     const uint64_t seq = begin("allreduce");
-    bytes_sent_ += count * data_type_size(type);
+    count_allreduce(count * data_type_size(type));
     std::vector<at::Tensor> tensors{
         at::from_blob(data, {static_cast<int64_t>(count)}, scalar_type(type))};
     return std::make_unique<GlooWork>(this, launch([&] { return group_->allreduce(tensors); }), seq,
@@ -106,7 +105,6 @@ class GlooCollectives : public Collectives {
       for (int r = 0; r < size_; ++r) {
         output[0].push_back(at::from_blob(&sizes_[r], {1}, at::kLong));
       }
-      bytes_sent_ += sizeof(my_size);
       GlooWork(this, launch([&] { return group_->allgather(output, input); }), seq,
                "allgather(sizes)")
           .wait();
@@ -122,16 +120,16 @@ class GlooCollectives : public Collectives {
       std::vector<at::Tensor> input{byte_view(padded_.data(), max_size)};
       std::vector<std::vector<at::Tensor>> output(1);
       for (int r = 0; r < size_; ++r) output[0].push_back(byte_view(all[r].data(), max_size));
-      bytes_sent_ += max_size;
       GlooWork(this, launch([&] { return group_->allgather(output, input); }), seq, "allgather")
           .wait();
     }
     for (int r = 0; r < size_; ++r) all[r].resize(sizes_[r]);
+    count_allgather(data.size(), max_size);
   }
 
   void broadcast(void* data, size_t bytes, int root) override {
     const uint64_t seq = begin("broadcast");
-    if (rank_ == root) bytes_sent_ += bytes;
+    count_broadcast(bytes, root);
     std::vector<at::Tensor> tensors{byte_view(data, bytes)};
     c10d::BroadcastOptions options;
     options.rootRank = root;
@@ -215,7 +213,6 @@ class GlooCollectives : public Collectives {
   int size_;
   std::chrono::milliseconds timeout_;
   uint64_t sequence_ = 0;
-  uint64_t bytes_sent_ = 0;
   std::vector<int64_t> sizes_;  // allgather_bytes's scratch, kept across calls
   Bytes padded_;
 };

@@ -1,5 +1,6 @@
 #include "gradwire/comm/local_collectives.h"
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -58,7 +59,7 @@ std::unique_ptr<Work> LocalCollectives::allreduce_sum_async(void* data, size_t c
                                                             DataType type) {
   const size_t bytes = count * data_type_size(type);
   const auto* raw = static_cast<const uint8_t*>(data);
-  bytes_sent_ += bytes;
+  count_allreduce(bytes);
   auto all =
       group_->exchange(rank_, Bytes(raw, raw + bytes), "allreduce #" + std::to_string(++sequence_));
   for (const Bytes& b : *all) {
@@ -87,9 +88,11 @@ std::unique_ptr<Work> LocalCollectives::allreduce_sum_async(void* data, size_t c
 }
 
 void LocalCollectives::allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) {
-  bytes_sent_ += data.size();
   auto all = group_->exchange(rank_, Bytes(data.begin(), data.end()),
                               "allgather #" + std::to_string(++sequence_));
+  size_t padded = 1;  // as Gloo pads every contribution to the largest (at least 1 byte)
+  for (const Bytes& b : *all) padded = std::max(padded, b.size());
+  count_allgather(data.size(), padded);
   out.resize(all->size());
   for (size_t r = 0; r < all->size(); ++r) out[r].assign((*all)[r].begin(), (*all)[r].end());
 }
@@ -97,10 +100,8 @@ void LocalCollectives::allgather_bytes(std::span<const uint8_t> data, std::vecto
 void LocalCollectives::broadcast(void* data, size_t bytes, int root) {
   const auto* raw = static_cast<const uint8_t*>(data);
   Bytes mine;
-  if (rank_ == root) {
-    mine.assign(raw, raw + bytes);
-    bytes_sent_ += bytes;
-  }
+  if (rank_ == root) mine.assign(raw, raw + bytes);
+  count_broadcast(bytes, root);
   auto all = group_->exchange(rank_, std::move(mine), "broadcast #" + std::to_string(++sequence_));
   const Bytes& from_root = (*all)[root];
   if (from_root.size() != bytes) {

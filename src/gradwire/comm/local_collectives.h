@@ -57,13 +57,11 @@ class LocalCollectives : public Collectives {
   void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
-  uint64_t bytes_sent() const override { return bytes_sent_; }
 
  private:
   std::shared_ptr<LocalGroup> group_;
   int rank_;
   uint64_t sequence_ = 0;
-  uint64_t bytes_sent_ = 0;
 };
 
 // Runs fn(collectives) on `size` threads sharing one LocalGroup and rethrows the first

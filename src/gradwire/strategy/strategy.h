@@ -23,11 +23,17 @@ namespace gradwire::strategy {
 
 using FloatSpans = std::vector<std::span<float>>;
 
-// Traffic of this rank since start(), counted where bytes are handed to the network.
+// Traffic of this rank since start(). Contributed bytes are what its codecs produced;
+// bytes on the wire are what its sends put on the network (comm/wire_bytes.h: for an
+// allreduce about 2(W-1)/W times the contribution, for an allgather (W-1) times the padded
+// contribution; for a parameter-server push, the message). The dense figures are the same
+// for fp32 gradients exchanged by allreduce (by push, for a parameter server).
 struct TrafficStats {
   uint64_t steps = 0;
-  uint64_t bytes_sent = 0;   // handed to collectives/transport for exchange
-  uint64_t bytes_dense = 0;  // what fp32 dense exchange would have handed for the same steps
+  uint64_t bytes_contributed = 0;
+  uint64_t bytes_on_wire = 0;
+  uint64_t bytes_dense = 0;
+  uint64_t bytes_dense_on_wire = 0;
 };
 
 // Job-wide counters as a parameter server keeps them (other strategies have none).

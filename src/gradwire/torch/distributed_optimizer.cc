@@ -410,7 +410,7 @@ const std::string& DistributedOptimizer::codec_spec() const { return impl_->code
 
 TrafficCounters DistributedOptimizer::traffic() const {
   const auto t = impl_->strategy->traffic();
-  return {t.steps, t.bytes_sent, t.bytes_dense};
+  return {t.steps, t.bytes_contributed, t.bytes_on_wire, t.bytes_dense, t.bytes_dense_on_wire};
 }
 
 const Context& DistributedOptimizer::context() const { return *impl_->context; }

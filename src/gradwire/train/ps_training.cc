@@ -44,8 +44,8 @@ void write_epoch_line(MetricsFile& metrics, const nlohmann::json& epoch, int epo
   nlohmann::json line = epoch;
   line["event"] = "epoch";
   metrics.write(line);
-  const double sent = epoch["bytes_sent"].get<double>();
-  const double dense = epoch["bytes_dense"].get<double>();
+  const double sent = epoch["bytes_on_wire"].get<double>();
+  const double dense = epoch["bytes_dense_on_wire"].get<double>();
   std::printf(
       "epoch %d/%d: train_loss %.4f test_accuracy %.2f%% (worker 0's model) %.1f s pushed %.2f "
       "MB (%.4f of dense)\n",
@@ -229,8 +229,11 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
               {"elapsed_s", seconds_since(job_start)},
               {"train_s", seconds_since(job_start)},
               {"samples_per_s", n / seconds_since(epoch_start)},
-              {"bytes_sent", progress.bytes_sent},
+              // A push goes to one server: what it contributes is what goes on the wire.
+              {"bytes_contributed", progress.bytes_sent},
+              {"bytes_on_wire", progress.bytes_sent},
               {"bytes_dense", progress.bytes_dense},
+              {"bytes_dense_on_wire", progress.bytes_dense},
               {"bytes_received", progress.bytes_received}};
       if (deferred) {
         snapshot(last, seconds_since(epoch_start));
@@ -284,8 +287,8 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
     load(final_parameters);
   }
   const JobProgress& p = summary->progress;
-  result.bytes_sent = p.bytes_sent;
-  result.bytes_dense = p.bytes_dense;
+  result.bytes_contributed = result.bytes_on_wire = p.bytes_sent;
+  result.bytes_dense = result.bytes_dense_on_wire = p.bytes_dense;
   result.train_loss = last.value("train_loss", 0.0);
   nlohmann::json checksums = nlohmann::json::array();
   for (const auto& c : summary->checksums) checksums.push_back(c);
@@ -299,8 +302,10 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   out["test_accuracy"] = result.test_accuracy;
   out["elapsed_s"] = result.elapsed_s;
   out["train_s"] = result.train_s;
-  out["bytes_sent"] = p.bytes_sent;
+  out["bytes_contributed"] = p.bytes_sent;
+  out["bytes_on_wire"] = p.bytes_sent;
   out["bytes_dense"] = p.bytes_dense;
+  out["bytes_dense_on_wire"] = p.bytes_dense;
   out["bytes_received"] = p.bytes_received;
   out["samples"] = p.samples;
   out["workers"] = context.world_size();

@@ -124,14 +124,17 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
 
     const auto traffic = optimizer.traffic();
     const auto losses = context.allgather(loss_sum / std::max<size_t>(1, samples));
-    const auto sent = context.allgather(static_cast<double>(traffic.bytes_sent));
-    const auto dense = context.allgather(static_cast<double>(traffic.bytes_dense));
-    double mean_loss = 0, total_sent = 0, total_dense = 0;
-    for (int r = 0; r < context.world_size(); ++r) {
-      mean_loss += losses[r] / context.world_size();
-      total_sent += sent[r];
-      total_dense += dense[r];
-    }
+    const auto sum_over_ranks = [&](uint64_t value) {
+      double total = 0;
+      for (double v : context.allgather(static_cast<double>(value))) total += v;
+      return static_cast<uint64_t>(total);
+    };
+    result.bytes_contributed = sum_over_ranks(traffic.bytes_contributed);
+    result.bytes_on_wire = sum_over_ranks(traffic.bytes_on_wire);
+    result.bytes_dense = sum_over_ranks(traffic.bytes_dense);
+    result.bytes_dense_on_wire = sum_over_ranks(traffic.bytes_dense_on_wire);
+    double mean_loss = 0;
+    for (int r = 0; r < context.world_size(); ++r) mean_loss += losses[r] / context.world_size();
     last = {{"epoch", epoch},
             {"train_loss", mean_loss},
             {"test_accuracy", accuracy},
@@ -139,22 +142,23 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
             {"train_s", clock.seconds()},
             {"steps", global_step},
             {"samples_per_s", samples * context.world_size() / train_s},
-            {"bytes_sent", static_cast<uint64_t>(total_sent)},
-            {"bytes_dense", static_cast<uint64_t>(total_dense)}};
+            {"bytes_contributed", result.bytes_contributed},
+            {"bytes_on_wire", result.bytes_on_wire},
+            {"bytes_dense", result.bytes_dense},
+            {"bytes_dense_on_wire", result.bytes_dense_on_wire}};
     nlohmann::json line = last;
     line["event"] = "epoch";
     metrics.write(line);
     if (context.is_root()) {
       std::printf(
-          "epoch %d/%d: train_loss %.4f test_accuracy %.2f%% %.1f s sent %.2f MB (%.4f of dense)\n",
-          epoch, options.epochs, mean_loss, 100 * accuracy, train_s, total_sent / 1e6,
-          total_dense > 0 ? total_sent / total_dense : 0.0);
+          "epoch %d/%d: train_loss %.4f test_accuracy %.2f%% %.1f s on the wire %.2f MB (%.4f of "
+          "dense fp32's)\n",
+          epoch, options.epochs, mean_loss, 100 * accuracy, train_s, result.bytes_on_wire / 1e6,
+          result.wire_ratio());
       std::fflush(stdout);
     }
     result.test_accuracy = accuracy;
     result.train_loss = mean_loss;
-    result.bytes_sent = static_cast<uint64_t>(total_sent);
-    result.bytes_dense = static_cast<uint64_t>(total_dense);
   }
   result.train_s = clock.seconds();
   result.elapsed_s = seconds_since(job_start);
@@ -182,11 +186,10 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   metrics.write(summary);
   if (context.is_root()) {
     std::printf(
-        "summary: %d workers, %s, compressor %s: test accuracy %.2f%%, %.1f s, bytes_sent/"
-        "bytes_dense %.4f, ranks' parameters %s\n",
+        "summary: %d workers, %s, compressor %s: test accuracy %.2f%%, %.1f s, "
+        "bytes_on_wire/bytes_dense_on_wire %.4f, ranks' parameters %s\n",
         context.world_size(), options.model.c_str(), options.compressor.c_str(),
-        100 * result.test_accuracy, result.elapsed_s,
-        result.bytes_dense ? static_cast<double>(result.bytes_sent) / result.bytes_dense : 0.0,
+        100 * result.test_accuracy, result.elapsed_s, result.wire_ratio(),
         result.checksums_equal ? "identical" : "DIFFER");
     std::fflush(stdout);
   }

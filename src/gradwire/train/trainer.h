@@ -60,9 +60,17 @@ struct TrainResult {
   double train_loss = 0;
   double elapsed_s = 0;
   double train_s = 0;  // training time, evaluation excluded
-  uint64_t bytes_sent = 0;
+  // Over all ranks (TrafficCounters: contributed, on the wire, and both for dense fp32).
+  uint64_t bytes_contributed = 0;
+  uint64_t bytes_on_wire = 0;
   uint64_t bytes_dense = 0;
+  uint64_t bytes_dense_on_wire = 0;
   bool checksums_equal = true;
+
+  // On the wire against dense fp32 on the wire: the traffic figure to compare runs by.
+  double wire_ratio() const {
+    return bytes_dense_on_wire ? static_cast<double>(bytes_on_wire) / bytes_dense_on_wire : 0.0;
+  }
 };
 
 // Sets libtorch's intra-op threads (and inter-op threads, which must happen before any

@@ -76,6 +76,11 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
   started_ = true;
 }
 
+void AllreduceStrategy::count_dense(size_t bytes) {
+  traffic_.bytes_dense += bytes;
+  traffic_.bytes_dense_on_wire += comm::ring_allreduce_wire_bytes(bytes, collectives_.size());
+}
+
 std::vector<std::vector<size_t>> AllreduceStrategy::bucket_layout() const {
   std::vector<std::vector<size_t>> layout;
   for (const Bucket& bucket : buckets_) layout.push_back(bucket.tensors);
@@ -88,17 +93,19 @@ void AllreduceStrategy::synchronize(const FloatSpans& grads) {
     throw Error("synchronize: expected " + std::to_string(tensors_.size()) + " gradients, got " +
                 std::to_string(grads.size()));
   }
-  const uint64_t sent_before = collectives_.bytes_sent();
+  const comm::CollectiveTraffic before = collectives_.traffic();
   for (Bucket& bucket : buckets_) {
     if (bucket.wire) {
       synchronize_additive(bucket, grads);
     } else {
       synchronize_messages(bucket, grads);
     }
-    traffic_.bytes_dense += bucket.elements * sizeof(float);
+    count_dense(bucket.elements * sizeof(float));
   }
   if (!low_rank_.empty()) synchronize_low_rank(grads);
-  traffic_.bytes_sent += collectives_.bytes_sent() - sent_before;
+  const comm::CollectiveTraffic& after = collectives_.traffic();
+  traffic_.bytes_contributed += after.contributed - before.contributed;
+  traffic_.bytes_on_wire += after.on_wire - before.on_wire;
   ++traffic_.steps;
 }
 
@@ -199,7 +206,7 @@ void AllreduceStrategy::synchronize_low_rank(const FloatSpans& grads) {
     auto* face = codecs_[k]->low_rank();
     face->end(std::span<const float>(q_buffer_).subspan(q_offset, face->q_size()), grads[k]);
     q_offset += face->q_size();
-    traffic_.bytes_dense += grads[k].size_bytes();
+    count_dense(grads[k].size_bytes());
   }
 }
 

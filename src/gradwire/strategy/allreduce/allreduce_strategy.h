@@ -45,6 +45,8 @@ class AllreduceStrategy : public Strategy {
   void synchronize_additive(Bucket& bucket, const FloatSpans& grads);
   void synchronize_messages(Bucket& bucket, const FloatSpans& grads);
   void synchronize_low_rank(const FloatSpans& grads);
+  // Adds `bytes` of fp32 gradient to the dense figures (as one ring allreduce).
+  void count_dense(size_t bytes);
 
   comm::Collectives& collectives_;
   AllreduceOptions options_;

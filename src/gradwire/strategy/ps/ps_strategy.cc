@@ -130,14 +130,17 @@ void ParameterServerStrategy::synchronize(const FloatSpans& grads) {
       SlicePayload p;
       p.id = slice.id;
       codecs_[i]->encode(grads[slice.tensor].subspan(slice.offset, slice.numel), p.payload);
-      traffic_.bytes_sent += p.payload.size();
+      traffic_.bytes_contributed += p.payload.size();
       traffic_.bytes_dense += slice.numel * sizeof(float);
+      traffic_.bytes_dense_on_wire += slice.numel * sizeof(float);
       push.gradients.push_back(std::move(p));
     }
-    stats_.bytes_sent = traffic_.bytes_sent;
+    stats_.bytes_sent = traffic_.bytes_contributed;
     stats_.bytes_dense = traffic_.bytes_dense;
     push.stats = stats_;
-    if (!transport_->send(options_.servers[s], encode(header, push))) {
+    Bytes message = encode(header, push);
+    traffic_.bytes_on_wire += message.size();  // one message to one server: all of it
+    if (!transport_->send(options_.servers[s], std::move(message))) {
       throw Error("worker " + std::to_string(options_.worker) + " cannot reach server " +
                   std::to_string(s));
     }
