@@ -213,24 +213,23 @@ def ring_allreduce_(flat, counter):
         return flat
     chunks = list(flat.tensor_split(world))
     right, left = (rank + 1) % world, (rank - 1) % world
+
+    def pass_on(send, recv):
+        """Sends `send` to the right, returns what came from the left in `recv`'s shape."""
+        incoming = torch.empty_like(recv)
+        counter.wire += send.numel() * send.element_size()
+        ops = [dist.P2POp(dist.isend, send.contiguous(), right),
+               dist.P2POp(dist.irecv, incoming, left)]
+        for work in dist.batch_isend_irecv(ops):
+            work.wait()
+        return incoming
+
     for k in range(world - 1):
         send, recv = chunks[(rank - k) % world], chunks[(rank - k - 1) % world]
-        incoming = torch.empty_like(recv)
-        counter.wire += send.numel() * send.element_size()
-        ops = [dist.P2POp(dist.isend, send.contiguous(), right),
-               dist.P2POp(dist.irecv, incoming, left)]
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
-        recv.copy_(recv.float().add_(incoming.float()))
+        recv.copy_(recv.float().add_(pass_on(send, recv).float()))
     for k in range(world - 1):
         send, recv = chunks[(rank - k + 1) % world], chunks[(rank - k) % world]
-        incoming = torch.empty_like(recv)
-        counter.wire += send.numel() * send.element_size()
-        ops = [dist.P2POp(dist.isend, send.contiguous(), right),
-               dist.P2POp(dist.irecv, incoming, left)]
-        for work in dist.batch_isend_irecv(ops):
-            work.wait()
-        recv.copy_(incoming)
+        recv.copy_(pass_on(send, recv))
     return flat
 
 

@@ -71,6 +71,11 @@ struct DistributedOptions {
   std::string strategy = "allreduce";  // "allreduce" or "ps"
   std::string compressor = "none";     // codec spec, e.g. "topk:density=0.01"
   size_t bucket_bytes = 25u << 20;
+  size_t first_bucket_bytes = 1u << 20;  // the last layers' bucket, small so it starts early
+  // Exchange each bucket as soon as backward has produced its gradients (as DDP does),
+  // instead of all of them in step(). Accumulating gradients over several backward passes
+  // per step needs it off (a second backward before step() is refused with an error).
+  bool overlap = true;
   bool momentum_correction = true;  // see above
   // Copy rank 0's buffers to every rank after each step() (DDP's broadcast_buffers); false
   // leaves each rank its own after construction. Strategy "ps" never does: its workers do

@@ -2,8 +2,10 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
 #include <random>
+#include <thread>
 
 #include "gradwire/comm/local_collectives.h"
 #include "gradwire/core/error.h"
@@ -174,6 +176,96 @@ INSTANTIATE_TEST_SUITE_P(
       }
       return name;
     });
+
+// Collectives that count the operations handed to them (from any thread) and pass them
+// on: how a test sees when a bucket's exchange started.
+class RecordingCollectives : public comm::Collectives {
+ public:
+  explicit RecordingCollectives(comm::Collectives& inner) : inner_(inner) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::chrono::milliseconds timeout() const override { return inner_.timeout(); }
+  std::unique_ptr<comm::Work> allreduce_sum_async(void* data, size_t count,
+                                                  comm::DataType type) override {
+    ++operations;
+    return inner_.allreduce_sum_async(data, count, type);
+  }
+  using Collectives::allgather_bytes;
+  void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override {
+    ++operations;
+    inner_.allgather_bytes(data, out);
+  }
+  void broadcast(void* data, size_t bytes, int root) override {
+    ++operations;
+    inner_.broadcast(data, bytes, root);
+  }
+  void barrier() override { inner_.barrier(); }
+  std::atomic<int> operations{0};
+
+ private:
+  comm::Collectives& inner_;
+};
+
+TEST(AllreduceStrategyTest, OverlapExchangesABucketBeforeSynchronizeAndMatchesTheSerialPath) {
+  const auto tensors = toy_tensors();
+  // One bucket per tensor; backward finishes the last tensor (bucket 0) first.
+  auto run = [&](bool overlap) {
+    std::vector<std::vector<std::vector<float>>> finals(2);
+    comm::run_local_ranks(2, 10s, [&](comm::Collectives& local) {
+      RecordingCollectives c(local);
+      ToyModel model(tensors, /*seed=*/100 + c.rank());
+      AllreduceStrategy strategy(
+          c, {.codec = "topk:density=0.1", .bucket_bytes = 64, .overlap = overlap});
+      strategy.start(tensors, model.spans(model.params));
+      std::mt19937 rng(7 * c.rank() + 1);
+      std::normal_distribution<float> normal;
+      for (int s = 0; s < 3; ++s) {
+        for (auto& g : model.grads) {
+          for (float& v : g) v = normal(rng);
+        }
+        auto grads = model.spans(model.grads);
+        const int before = c.operations.load();
+        const size_t last = tensors.size() - 1;
+        strategy.gradient_ready(last, grads[last]);  // as the hook would, mid-backward
+        if (overlap) {
+          // Bucket 0's allgather starts now, on the executor's thread.
+          const auto deadline = std::chrono::steady_clock::now() + 5s;
+          while (c.operations.load() == before && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(1ms);
+          }
+          EXPECT_GT(c.operations.load(), before) << "bucket 0 waited for synchronize()";
+        } else {
+          EXPECT_EQ(c.operations.load(), before);
+        }
+        strategy.synchronize(grads);
+        for (size_t t = 0; t < tensors.size(); ++t) {
+          for (size_t i = 0; i < model.params[t].size(); ++i) {
+            model.params[t][i] -= 0.1f * model.grads[t][i];
+          }
+        }
+      }
+      finals[c.rank()] = model.params;
+    });
+    return finals;
+  };
+  const auto overlapped = run(true);
+  const auto serial = run(false);
+  EXPECT_EQ(overlapped[1], overlapped[0]);
+  EXPECT_EQ(overlapped[0], serial[0]);  // bit for bit
+}
+
+TEST(AllreduceStrategyTest, AGradientReportedTwiceInAStepIsRefused) {
+  const std::vector<TensorInfo> tensors{{"w", {4}, LayerKind::kNorm}};
+  comm::run_local_ranks(1, 5s, [&](comm::Collectives& c) {
+    AllreduceStrategy strategy(c, {});
+    std::vector<float> param(4, 0.0f), grad(4, 1.0f);
+    strategy.start(tensors, {param});
+    strategy.gradient_ready(0, grad);
+    EXPECT_THROW(strategy.gradient_ready(0, grad), Error);
+    strategy.synchronize({grad});
+    EXPECT_EQ(grad, std::vector<float>(4, 1.0f));
+  });
+}
 
 TEST(AllreduceStrategyTest, NoneAveragesExactly) {
   const std::vector<TensorInfo> tensors{{"w", {6}, LayerKind::kNorm}};

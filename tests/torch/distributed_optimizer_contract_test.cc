@@ -215,6 +215,38 @@ TEST(DistributedOptimizerContractTest, StepAfterSynchronizeDoesNotExchangeAgain)
   for (size_t i = 0; i < plain.size(); ++i) EXPECT_TRUE(torch::equal(plain[i], synced[i])) << i;
 }
 
+TEST(DistributedOptimizerContractTest, OverlapMatchesTheSerialPathAndRefusesASecondBackward) {
+  const Problem problem;
+  auto run = [&](bool overlap) {
+    std::vector<std::vector<torch::Tensor>> results(2);
+    testing::run_gloo_ranks(2, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
+      auto context = context_for(rank, 2, c);
+      auto net = problem.fresh_net();
+      DistributedOptimizer opt(context, SGD(net->parameters(), SGDOptions(0.05).momentum(0.9)),
+                               *net,
+                               {.compressor = "conv=topk:density=0.1,other=fp16",
+                                .bucket_bytes = 1024,
+                                .overlap = overlap});
+      results[rank] = train(
+          problem, *net, [&] { opt.zero_grad(); }, [&] { opt.step(); }, rank, 2, 8, 4);
+    });
+    return results;
+  };
+  const auto overlapped = run(true);
+  const auto serial = run(false);
+  for (size_t i = 0; i < serial[0].size(); ++i) {
+    EXPECT_TRUE(torch::equal(overlapped[0][i], serial[0][i])) << i;  // bit for bit
+    EXPECT_TRUE(torch::equal(overlapped[1][i], serial[0][i])) << i;
+  }
+
+  // Two backward passes before a step: with overlap the first was already exchanged.
+  auto net = problem.fresh_net();
+  DistributedOptimizer opt(solo_context(), SGD(net->parameters(), 0.1), *net);
+  backward_once(problem, *net);
+  const std::string error = error_of([&] { backward_once(problem, *net); });
+  EXPECT_NE(error.find("was produced twice before the step"), std::string::npos) << error;
+}
+
 TEST(DistributedOptimizerContractTest, WeightDecayUnderMomentumCorrectionActsAsInTheUsersSgd) {
   // In SGD, weight_decay wd adds wd x w to the gradient before momentum. With momentum
   // moved into the codec, weight_decay must still train exactly as wd = 0 with that term
@@ -223,10 +255,11 @@ TEST(DistributedOptimizerContractTest, WeightDecayUnderMomentumCorrectionActsAsI
   constexpr double kDecay = 0.05;
   auto run = [&](bool as_option) {
     auto net = problem.fresh_net();
+    // By hand, the term is added after backward: the exchange must not have started then.
     DistributedOptimizer opt(
         solo_context(),
         SGD(net->parameters(), SGDOptions(0.1).momentum(0.9).weight_decay(as_option ? kDecay : 0)),
-        *net, {.compressor = "topk:density=0.5"});
+        *net, {.compressor = "topk:density=0.5", .overlap = as_option});
     EXPECT_NE(opt.codec_spec().find("momentum=0.9"), std::string::npos) << opt.codec_spec();
     const auto& group = static_cast<SGDOptions&>(opt.optimizer().param_groups()[0].options());
     EXPECT_EQ(group.weight_decay(), 0.0);

@@ -49,6 +49,8 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
                                o.compressor,
                                "--bucket-mb",
                                std::to_string(o.bucket_bytes / double(1 << 20)),
+                               "--overlap",
+                               o.overlap ? "on" : "off",
                                "--epochs",
                                std::to_string(o.epochs),
                                "--batch-size",
@@ -193,6 +195,10 @@ void add_train_command(CLI::App& app, int& exit_code) {
         o.bucket_bytes = static_cast<size_t>(mb * (1 << 20));
       },
       "Fusion bucket size in MiB (default 25)");
+  cmd->add_option_function<std::string>(
+         "--overlap", [&o](const std::string& v) { o.overlap = v == "on"; },
+         "Exchange buckets during backward: on (default) or off")
+      ->check(CLI::IsMember({"on", "off"}));
   cmd->add_option("--epochs", o.epochs)->capture_default_str();
   cmd->add_option("--batch-size", o.batch_size, "Per-worker batch size")->capture_default_str();
   cmd->add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();

@@ -1,8 +1,9 @@
 // GlooCollectives: Collectives over c10d's ProcessGroupGloo (CPU tensors).
 //
-// Each collective first records this rank's sequence number in the store
-// ("progress/<rank>"); when an operation fails or times out, the error compares every
-// rank's progress and names those that never reached it.
+// Each rank numbers its collectives; one that waits in a collective longer than a second
+// writes its number to the store ("progress/<rank>"), and a collective that fails after
+// such a wait names the ranks whose number is behind (they never reached it). Fast
+// collectives touch the store not at all: no round trip to rank 0 on the critical path.
 #pragma once
 
 #include <memory>

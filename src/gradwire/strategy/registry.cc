@@ -12,8 +12,10 @@ std::unique_ptr<Strategy> create_strategy(comm::Collectives& collectives,
                                           const StrategyOptions& options) {
   if (options.name == "allreduce") {
     return std::make_unique<AllreduceStrategy>(
-        collectives,
-        AllreduceOptions{.codec = options.codec, .bucket_bytes = options.bucket_bytes});
+        collectives, AllreduceOptions{.codec = options.codec,
+                                      .bucket_bytes = options.bucket_bytes,
+                                      .first_bucket_bytes = options.first_bucket_bytes,
+                                      .overlap = options.overlap});
   }
   if (options.name == "ps") {
     throw ConfigError(

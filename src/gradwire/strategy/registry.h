@@ -14,6 +14,8 @@ struct StrategyOptions {
   std::string name = "allreduce";
   std::string codec = "none";
   size_t bucket_bytes = 25u << 20;
+  size_t first_bucket_bytes = 1u << 20;
+  bool overlap = true;
 };
 
 // Throws ConfigError for an unknown name, listing the available strategies.

@@ -5,7 +5,7 @@
 //
 //   start(params)               once: ranks agree on configuration and start equal
 //   loop:
-//     backward                  gradient_ready(i) as each gradient becomes final
+//     backward                  gradient_ready(i, grad) as each gradient becomes final
 //     synchronize(grads)        grads become the step's aggregated gradients
 //     optimizer.step()          (skipped when applies_update(): the strategy updated params)
 //     after_update(params)      e.g. gossip mixes models here
@@ -69,9 +69,14 @@ class Strategy {
   // strategy's concern: DistributedOptimizer keeps them equal.
   virtual void start(std::span<const compress::TensorInfo> tensors, const FloatSpans& params) = 0;
 
-  // Gradient i is final for this step. Strategies may start exchanging from here; the
-  // default waits for synchronize().
-  virtual void gradient_ready(size_t index) {}
+  // Gradient i of this step is final and lives at `grad` until synchronize() returns
+  // (called from autograd's thread during backward). Strategies may start exchanging it
+  // from here; the default waits for synchronize(). Gradients that were not reported
+  // are taken from synchronize()'s argument.
+  virtual void gradient_ready(size_t index, std::span<float> grad) {}
+  // True when gradient_ready() starts exchanges (the caller must then have finished each
+  // reported gradient, weight decay included, before reporting it).
+  virtual bool overlaps() const { return false; }
 
   // Replaces grads with the aggregated gradients of this step (all ranks equal).
   virtual void synchronize(const FloatSpans& grads) = 0;

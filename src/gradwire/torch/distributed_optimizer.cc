@@ -1,5 +1,8 @@
 #include "gradwire/distributed_optimizer.h"
 
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
 #include <atomic>
@@ -250,14 +253,44 @@ struct DistributedOptimizer::Impl {
   std::unique_ptr<strategy::Strategy> strategy;
   std::string codec_spec;
   bool claimed = false;
-  std::vector<unsigned> hooks;  // hooks[i]: the hook registered on params[i]
+  // hooks[i]: the post-hook on params[i]'s gradient accumulator (runs once .grad holds the
+  // backward's gradient), as DDP's Reducer registers them.
+  struct GradientHook {
+    std::shared_ptr<torch::autograd::Node> accumulator;
+    uintptr_t key = 0;
+  };
+  std::vector<GradientHook> hooks;
+  // Per parameter: its gradient was reported to the strategy by the hook this step (its
+  // weight decay is then already added). Hooks run on the thread that called backward().
+  std::vector<uint8_t> reported;
   // synchronize() ran and no gradient was produced since: step() does not exchange again.
   std::atomic<bool> exchanged{false};
 
   ~Impl() {
     // The hooks point at this object: none may outlive it.
-    for (size_t i = 0; i < hooks.size(); ++i) params[i].remove_hook(hooks[i]);
+    for (auto& hook : hooks) hook.accumulator->del_post_hook(hook.key);
     if (claimed) release_parameters(params);
+  }
+
+  // Backward has accumulated params[i]'s gradient into .grad. With an overlapping
+  // strategy the gradient is finished here (weight decay) and handed over at once.
+  void on_gradient(size_t i) {
+    exchanged.store(false, std::memory_order_relaxed);
+    if (!strategy->overlaps()) return;
+    const torch::Tensor& p = params[i];
+    torch::Tensor grad = p.grad();
+    if (!grad.defined() || !dense_cpu(grad) || grad.scalar_type() != torch::kFloat) {
+      return;  // synchronize() makes it exchangeable and reports it
+    }
+    if (reported[i]) {
+      // A second backward before step(): the strategy refuses it by name.
+      strategy->gradient_ready(i, float_span(grad));
+      return;
+    }
+    torch::NoGradGuard no_grad;
+    if (weight_decay[i] != 0) grad.add_(p, weight_decay[i]);
+    reported[i] = 1;
+    strategy->gradient_ready(i, float_span(grad));
   }
 
   // Rank 0's buffers to every rank, in one broadcast.
@@ -340,6 +373,8 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
     strategy_options.name = options.strategy;
     strategy_options.codec = codec;
     strategy_options.bucket_bytes = options.bucket_bytes;
+    strategy_options.first_bucket_bytes = options.first_bucket_bytes;
+    strategy_options.overlap = options.overlap;
     impl_->strategy = strategy::create_strategy(impl_->context->collectives(), strategy_options);
   }
   {
@@ -351,15 +386,20 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
     impl_->strategy->start(tensors, param_spans);
   }
 
-  // Tell the strategy when each gradient is produced, so it can start exchanging during
-  // backward (as Horovod does). The tensor hook runs just before accumulation into .grad.
-  // The hooks are removed by ~Impl, so the raw pointer never dangles.
+  // Tell the strategy when each gradient is final, so it can exchange it during backward
+  // (as DDP does). The hooks are removed by ~Impl, so the raw pointer never dangles.
+  impl_->reported.assign(impl_->params.size(), 0);
   Impl* impl = impl_.get();
   for (size_t i = 0; i < impl_->params.size(); ++i) {
-    impl_->hooks.push_back(impl_->params[i].register_hook([impl, i](const torch::Tensor&) {
-      impl->exchanged.store(false, std::memory_order_relaxed);
-      impl->strategy->gradient_ready(i);
-    }));
+    auto accumulator = torch::autograd::impl::grad_accumulator(impl_->params[i]);
+    const uintptr_t key =
+        accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
+            [impl, i](const torch::autograd::variable_list& outputs,
+                      const torch::autograd::variable_list&) {
+              impl->on_gradient(i);
+              return outputs;
+            }));
+    impl_->hooks.push_back({std::move(accumulator), key});
   }
 }
 
@@ -379,14 +419,17 @@ void DistributedOptimizer::synchronize() {
   grads.reserve(impl_->params.size());
   for (size_t i = 0; i < impl_->params.size(); ++i) {
     auto& p = impl_->params[i];
-    if (!p.grad().defined()) {
-      p.mutable_grad() = torch::zeros_like(p);
-    } else if (!p.grad().is_contiguous()) {
-      p.mutable_grad() = p.grad().contiguous();
+    if (!impl_->reported[i]) {  // else the hook finished it, and the strategy has it
+      if (!p.grad().defined()) {
+        p.mutable_grad() = torch::zeros_like(p);
+      } else if (!p.grad().is_contiguous()) {
+        p.mutable_grad() = p.grad().contiguous();
+      }
+      if (impl_->weight_decay[i] != 0) p.mutable_grad().add_(p, impl_->weight_decay[i]);
     }
-    if (impl_->weight_decay[i] != 0) p.mutable_grad().add_(p, impl_->weight_decay[i]);
     grads.push_back(float_span(p.grad()));
   }
+  impl_->reported.assign(impl_->params.size(), 0);
   impl_->strategy->synchronize(grads);
   impl_->exchanged.store(true, std::memory_order_relaxed);
 }

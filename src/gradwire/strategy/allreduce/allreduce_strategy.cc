@@ -55,8 +55,11 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
     }
     const size_t n = tensors_[k].numel();
     const auto wire = codecs_[k]->additive_wire();
+    const size_t cap = buckets_.size() == 1
+                           ? std::min(options_.first_bucket_bytes, options_.bucket_bytes)
+                           : options_.bucket_bytes;
     const bool fits = !buckets_.empty() && buckets_.back().wire == wire &&
-                      (buckets_.back().elements + n) * sizeof(float) <= options_.bucket_bytes;
+                      (buckets_.back().elements + n) * sizeof(float) <= cap;
     if (!fits) {
       buckets_.emplace_back();
       buckets_.back().wire = wire;
@@ -73,12 +76,63 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
   }
   p_buffer_.resize(p_size);
   q_buffer_.resize(q_size);
+  bucket_of_.assign(tensors_.size(), kNoBucket);
+  bucket_tensors_.assign(buckets_.size(), 0);
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    for (size_t k : buckets_[b].tensors) bucket_of_[k] = b;
+    bucket_tensors_[b] = buckets_[b].tensors.size();
+  }
+  executor_ = std::make_unique<InOrderExecutor>([this](size_t b) { run_bucket(b); });
   started_ = true;
 }
 
 void AllreduceStrategy::count_dense(size_t bytes) {
-  traffic_.bytes_dense += bytes;
-  traffic_.bytes_dense_on_wire += comm::ring_allreduce_wire_bytes(bytes, collectives_.size());
+  step_dense_.bytes_dense += bytes;
+  step_dense_.bytes_dense_on_wire += comm::ring_allreduce_wire_bytes(bytes, collectives_.size());
+}
+
+void AllreduceStrategy::open_step() {
+  step_grads_.assign(tensors_.size(), std::span<float>());
+  reported_.assign(tensors_.size(), 0);
+  step_start_ = collectives_.traffic();  // the executor is idle between steps
+  step_dense_ = TrafficStats{};
+  executor_->begin_step(bucket_tensors_);
+}
+
+void AllreduceStrategy::report(size_t k, std::span<float> grad) {
+  if (grad.size() != tensors_[k].numel()) {
+    throw Error("gradient of '" + tensors_[k].name + "' has " + std::to_string(grad.size()) +
+                " elements, the parameter " + std::to_string(tensors_[k].numel()));
+  }
+  step_grads_[k] = grad;
+  reported_[k] = 1;
+  executor_->tensor_ready(bucket_of_[k]);
+}
+
+void AllreduceStrategy::gradient_ready(size_t index, std::span<float> grad) {
+  if (!options_.overlap || !started_ || index >= tensors_.size() ||
+      bucket_of_[index] == kNoBucket) {
+    return;
+  }
+  std::lock_guard<std::mutex> lock(step_mutex_);
+  if (!executor_->in_step()) open_step();
+  if (reported_[index]) {
+    throw Error("the gradient of '" + tensors_[index].name +
+                "' was produced twice before the step that exchanges it; buckets are "
+                "exchanged as backward finishes them, so accumulating several backward "
+                "passes per step needs overlap off (DistributedOptions::overlap = false)");
+  }
+  report(index, grad);
+}
+
+void AllreduceStrategy::run_bucket(size_t b) {
+  Bucket& bucket = buckets_[b];
+  if (bucket.wire) {
+    synchronize_additive(bucket, step_grads_);
+  } else {
+    synchronize_messages(bucket, step_grads_);
+  }
+  count_dense(bucket.elements * sizeof(float));
 }
 
 std::vector<std::vector<size_t>> AllreduceStrategy::bucket_layout() const {
@@ -93,19 +147,22 @@ void AllreduceStrategy::synchronize(const FloatSpans& grads) {
     throw Error("synchronize: expected " + std::to_string(tensors_.size()) + " gradients, got " +
                 std::to_string(grads.size()));
   }
-  const comm::CollectiveTraffic before = collectives_.traffic();
-  for (Bucket& bucket : buckets_) {
-    if (bucket.wire) {
-      synchronize_additive(bucket, grads);
-    } else {
-      synchronize_messages(bucket, grads);
+  {
+    // What backward did not report (overlap off, a parameter without a gradient, a
+    // gradient no hook could see) is reported now; the buckets run in order as before.
+    std::lock_guard<std::mutex> lock(step_mutex_);
+    if (!executor_->in_step()) open_step();
+    for (size_t k = 0; k < tensors_.size(); ++k) {
+      if (bucket_of_[k] != kNoBucket && !reported_[k]) report(k, grads[k]);
     }
-    count_dense(bucket.elements * sizeof(float));
   }
+  executor_->finish_step();  // rethrows what stopped a bucket
   if (!low_rank_.empty()) synchronize_low_rank(grads);
   const comm::CollectiveTraffic& after = collectives_.traffic();
-  traffic_.bytes_contributed += after.contributed - before.contributed;
-  traffic_.bytes_on_wire += after.on_wire - before.on_wire;
+  traffic_.bytes_contributed += after.contributed - step_start_.contributed;
+  traffic_.bytes_on_wire += after.on_wire - step_start_.on_wire;
+  traffic_.bytes_dense += step_dense_.bytes_dense;
+  traffic_.bytes_dense_on_wire += step_dense_.bytes_dense_on_wire;
   ++traffic_.steps;
 }
 

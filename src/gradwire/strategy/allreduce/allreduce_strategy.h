@@ -11,13 +11,22 @@
 //    too (instead of using its raw gradient) keeps all ranks bitwise equal.
 // Tensors whose codec has a low-rank face (PowerSGD) are exchanged after the buckets, all
 // together, in two allreduces per step: every tensor's P, then every tensor's Q.
+//
+// Overlap: with `overlap`, a bucket is exchanged as soon as backward has produced all its
+// gradients (gradient_ready), on the InOrderExecutor's thread, in bucket order on every
+// rank; synchronize() reports the gradients no hook reported, waits for the buckets, then
+// exchanges the low-rank tensors. Without it synchronize() reports them all: the same
+// work in the same order, so both paths give bitwise-identical results. The first bucket
+// (the last layers, finished first) is kept small so that the tail of backward overlaps.
 #pragma once
 
 #include <memory>
+#include <mutex>
 #include <string>
 #include <vector>
 
 #include "gradwire/comm/collectives.h"
+#include "gradwire/strategy/allreduce/in_order_executor.h"
 #include "gradwire/strategy/strategy.h"
 
 namespace gradwire::strategy {
@@ -25,6 +34,8 @@ namespace gradwire::strategy {
 struct AllreduceOptions {
   std::string codec = "none";       // a layer policy (compress/policy.h): one spec, per kind, hylo
   size_t bucket_bytes = 25u << 20;  // DDP's default bucket_cap_mb = 25
+  size_t first_bucket_bytes = 1u << 20;  // DDP's first bucket (capped by bucket_bytes)
+  bool overlap = true;                   // exchange buckets during backward
 };
 
 class AllreduceStrategy : public Strategy {
@@ -34,6 +45,9 @@ class AllreduceStrategy : public Strategy {
 
   std::string name() const override { return "allreduce"; }
   void start(std::span<const compress::TensorInfo> tensors, const FloatSpans& params) override;
+  // Any thread (autograd's). Throws if tensor `index` was already reported this step.
+  void gradient_ready(size_t index, std::span<float> grad) override;
+  bool overlaps() const override { return options_.overlap; }
   void synchronize(const FloatSpans& grads) override;
   TrafficStats traffic() const override { return traffic_; }
 
@@ -42,10 +56,17 @@ class AllreduceStrategy : public Strategy {
 
  private:
   struct Bucket;
+  static constexpr size_t kNoBucket = static_cast<size_t>(-1);  // low-rank tensors
+  // Starts a step: nothing reported yet. Holds step_mutex_.
+  void open_step();
+  // Marks tensor k's gradient `grad` ready for this step. Holds step_mutex_.
+  void report(size_t k, std::span<float> grad);
+  // The executor's work: bucket b's exchange over step_grads_.
+  void run_bucket(size_t b);
   void synchronize_additive(Bucket& bucket, const FloatSpans& grads);
   void synchronize_messages(Bucket& bucket, const FloatSpans& grads);
   void synchronize_low_rank(const FloatSpans& grads);
-  // Adds `bytes` of fp32 gradient to the dense figures (as one ring allreduce).
+  // Adds `bytes` of fp32 gradient to the step's dense figures (as one ring allreduce).
   void count_dense(size_t bytes);
 
   comm::Collectives& collectives_;
@@ -55,8 +76,20 @@ class AllreduceStrategy : public Strategy {
   std::vector<Bucket> buckets_;
   std::vector<size_t> low_rank_;            // tensors exchanged by synchronize_low_rank
   std::vector<float> p_buffer_, q_buffer_;  // their concatenated P and Q factors
+  std::vector<size_t> bucket_of_;           // per tensor: its bucket, or kNoBucket
+  std::vector<size_t> bucket_tensors_;      // per bucket: how many tensors it holds
   TrafficStats traffic_;
   bool started_ = false;
+
+  // The step in progress. Reports (step_grads_, reported_) happen under step_mutex_; the
+  // executor reads step_grads_ of a bucket only after all its tensors were reported, and
+  // step_dense_ is read only after finish_step().
+  std::mutex step_mutex_;
+  FloatSpans step_grads_;          // per tensor: the gradient exchanged this step
+  std::vector<uint8_t> reported_;  // per tensor: reported this step
+  comm::CollectiveTraffic step_start_;
+  TrafficStats step_dense_;
+  std::unique_ptr<InOrderExecutor> executor_;  // last: destroyed (joined) first
 };
 
 }  // namespace gradwire::strategy

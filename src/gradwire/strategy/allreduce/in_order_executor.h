@@ -1,0 +1,55 @@
+// InOrderExecutor: runs a step's bucket exchanges on one thread of its own, strictly in
+// bucket order, each as soon as every tensor of its bucket is ready.
+//
+// This is what lets exchanges start during backward (overlap) while every rank still
+// issues the same collectives in the same order: a bucket that becomes ready early waits
+// for the buckets before it, exactly as in PyTorch DDP's Reducer. The tensors' readiness
+// is reported from any thread (autograd's, or the caller of synchronize()); the work of
+// bucket b, run(b), happens on the executor's thread.
+//
+//   begin_step(counts)   counts[b] = tensors of bucket b that will be reported this step
+//   tensor_ready(b)      one more tensor of bucket b is ready (any thread)
+//   finish_step()        waits until every bucket ran; rethrows the first error
+#pragma once
+
+#include <condition_variable>
+#include <cstddef>
+#include <exception>
+#include <functional>
+#include <mutex>
+#include <thread>
+#include <vector>
+
+namespace gradwire::strategy {
+
+class InOrderExecutor {
+ public:
+  explicit InOrderExecutor(std::function<void(size_t bucket)> run);
+  ~InOrderExecutor();
+  InOrderExecutor(const InOrderExecutor&) = delete;
+  InOrderExecutor& operator=(const InOrderExecutor&) = delete;
+
+  // Starts a step. Throws if the previous one was not finished.
+  void begin_step(std::vector<size_t> tensors_per_bucket);
+  bool in_step() const;
+  void tensor_ready(size_t bucket);
+  // Blocks until every bucket of the step ran (or one failed: the rest are skipped, and
+  // its exception is rethrown here). Ends the step.
+  void finish_step();
+
+ private:
+  void loop();
+
+  std::function<void(size_t)> run_;
+  mutable std::mutex mutex_;
+  std::condition_variable wake_;  // the executor's thread waits on it
+  std::condition_variable done_;  // finish_step() waits on it
+  std::vector<size_t> pending_;   // tensors still to be reported, per bucket
+  size_t next_ = 0;               // the next bucket to run
+  bool in_step_ = false;
+  bool stop_ = false;
+  std::exception_ptr error_;
+  std::thread thread_;  // last: starts after every member above is ready
+};
+
+}  // namespace gradwire::strategy
