@@ -68,6 +68,7 @@ int main() {
   const char* specs[] = {"none",
                          "fp16",
                          "bf16",
+                         "int8",
                          "topk:density=0.01",
                          "topk:density=0.001",
                          "laplace-topk:density=0.01",

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <set>
 #include <string>
 
@@ -142,6 +143,39 @@ TEST(CliTest, RankKilledMidRunStopsTheOthersAndIsNamed) {
       r.output.find("gradwire run: rank 1 exited with status 137") != std::string::npos;
   EXPECT_TRUE(named) << r.output;
   EXPECT_LT(elapsed, 60.0) << r.output;
+}
+
+// --timeline: one trace-event file with every rank's spans, the exchange's buckets on a
+// thread of their own.
+TEST(CliTest, TimelineHoldsEveryRanksSpans) {
+  const std::string timeline = temp_path("timeline.json");
+  const auto r = run(std::string(GRADWIRE_CLI) +
+                         " train --workers 2 --epochs 1 --train-limit 512 --test-limit 100"
+                         " --compressor conv=topk:density=0.1,other=fp16 --bucket-mb 0.05"
+                         " --progress none --timeline " +
+                         timeline,
+                     300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream in(timeline);
+  const auto trace = nlohmann::json::parse(in);
+  std::map<int, std::set<std::string>> spans;  // per rank
+  std::map<int, std::map<int, std::string>> threads;
+  for (const auto& e : trace["traceEvents"]) {
+    if (e["ph"] == "X") spans[e["pid"].get<int>()].insert(e["name"].get<std::string>());
+    if (e["ph"] == "M" && e["name"] == "thread_name") {
+      threads[e["pid"].get<int>()][e["tid"].get<int>()] = e["args"]["name"];
+    }
+  }
+  for (int rank : {0, 1}) {
+    for (const char* name : {"forward", "backward", "step", "encode", "communicate", "decode",
+                             "wait for the exchange", "optimizer update", "evaluate"}) {
+      EXPECT_TRUE(spans[rank].count(name)) << "rank " << rank << " has no " << name;
+    }
+    std::set<std::string> names;
+    for (const auto& [tid, name] : threads[rank]) names.insert(name);
+    EXPECT_TRUE(names.count("training") && names.count("exchange")) << "rank " << rank;
+  }
+  std::filesystem::remove(timeline);
 }
 
 // The accuracy an example printed after "PREFIXepoch 1 test accuracy ", or -1.

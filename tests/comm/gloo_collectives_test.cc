@@ -35,6 +35,18 @@ TEST(GlooCollectivesTest, AllreduceFloat32AndFloat16) {
   });
 }
 
+TEST(GlooCollectivesTest, AllreduceInt8SumAndFloatMax) {
+  run_gloo_ranks(3, [](int rank, std::unique_ptr<Collectives>& cp) {
+    Collectives& c = *cp;
+    std::vector<int8_t> q{static_cast<int8_t>(40 * (rank - 1)), -42, static_cast<int8_t>(rank)};
+    c.allreduce_sum(q.data(), q.size(), DataType::kInt8);
+    EXPECT_EQ(q, (std::vector<int8_t>{0, -126, 3}));
+    std::vector<float> m{float(rank), -float(rank), 0.5f};
+    c.allreduce_max(m.data(), m.size());
+    EXPECT_EQ(m, (std::vector<float>{2.0f, 0.0f, 0.5f}));
+  });
+}
+
 TEST(GlooCollectivesTest, AllgatherVariableSizesAndBroadcast) {
   run_gloo_ranks(3, [](int rank, std::unique_ptr<Collectives>& cp) {
     Collectives& c = *cp;

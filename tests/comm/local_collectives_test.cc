@@ -38,6 +38,18 @@ TEST(WireBytesTest, BinomialBroadcastSendsOncePerNonRootRankAndLog2WFromTheRoot)
   EXPECT_EQ(ring_allgather_wire_bytes(100, 4), 300u);
 }
 
+TEST(LocalCollectivesTest, AllreduceInt8SumAndFloatMax) {
+  run_local_ranks(3, 5s, [](Collectives& c) {
+    std::vector<int8_t> q{static_cast<int8_t>(40 * (c.rank() - 1)), -42,
+                          static_cast<int8_t>(c.rank())};
+    c.allreduce_sum(q.data(), q.size(), DataType::kInt8);
+    EXPECT_EQ(q, (std::vector<int8_t>{0, -126, 3}));
+    std::vector<float> m{float(c.rank()), -float(c.rank()), 0.5f};
+    c.allreduce_max(m.data(), m.size());
+    EXPECT_EQ(m, (std::vector<float>{2.0f, 0.0f, 0.5f}));
+  });
+}
+
 TEST(LocalCollectivesTest, AllgatherKeepsEachRanksSize) {
   run_local_ranks(3, 5s, [](Collectives& c) {
     Bytes mine(c.rank() + 1, static_cast<uint8_t>(c.rank()));

@@ -36,7 +36,9 @@ const Case kCases[] = {{"none", 37},
                        {"qsgd:levels=127,bucket=10", 37},
                        {"terngrad", 203},
                        {"signsgd", 203},
-                       {"bf16", 37}};
+                       {"bf16", 37},
+                       {"int8", 37},
+                       {"int8:block=16", 203}};
 
 // Decoding `payload` must throw E and leave the accumulator unchanged.
 template <typename E>

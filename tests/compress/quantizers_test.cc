@@ -9,6 +9,7 @@
 #include <cmath>
 #include <cstring>
 #include <limits>
+#include <memory>
 #include <string>
 #include <vector>
 
@@ -74,13 +75,15 @@ TEST(Quantizers, CanonicalSpecsSpellOutEveryKey) {
   EXPECT_EQ(canonical_spec("signsgd:ef=0"), "signsgd:ef=0");
   EXPECT_EQ(canonical_spec("bf16"), "bf16:ef=0");
   EXPECT_EQ(canonical_spec("bf16:ef=1"), "bf16:ef=1");
+  EXPECT_EQ(canonical_spec("int8"), "int8:block=256,ef=1");
+  EXPECT_EQ(canonical_spec("int8:block=64,ef=0"), "int8:block=64,ef=0");
 }
 
 TEST(Quantizers, SpecOfEveryCodecEqualsCanonicalSpecAndIsStable) {
   for (const char* text :
        {"qsgd", "qsgd:levels=127,bucket=1", "qsgd:levels=3,bucket=4294967295,seed=12345678901",
         "qsgd:ef=1,momentum=0.9", "terngrad", "terngrad:clip=0.123456789012345", "terngrad:ef=1",
-        "signsgd", "signsgd:momentum=0.5", "bf16", "bf16:ef=1"}) {
+        "signsgd", "signsgd:momentum=0.5", "bf16", "bf16:ef=1", "int8", "int8:block=3,ef=0"}) {
     const auto codec = create_codec(text, tensor_of(100));
     const std::string canonical = canonical_spec(text);
     EXPECT_EQ(codec->spec(), canonical) << text;
@@ -95,7 +98,8 @@ TEST(Quantizers, BadValues) {
         "qsgd:levels=",     "qsgd:bucket=0",     "qsgd:bucket=-4",    "qsgd:bucket=4294967296",
         "qsgd:seed=-1",     "qsgd:seed=x",       "qsgd:density=0.1",  "terngrad:clip=0",
         "terngrad:clip=-1", "terngrad:clip=nan", "terngrad:clip=1e7", "terngrad:levels=3",
-        "terngrad:seed=-2", "signsgd:seed=1",    "signsgd:ef=2",      "bf16:scale=2"}) {
+        "terngrad:seed=-2", "signsgd:seed=1",    "signsgd:ef=2",      "bf16:scale=2",
+        "int8:block=0",     "int8:block=x",      "int8:levels=7"}) {
     EXPECT_THROW(create_codec(spec, tensor_of(4)), ConfigError) << spec;
   }
 }
@@ -844,6 +848,93 @@ TEST(Quantizers, ErrorFeedbackResidualStaysBoundedWhenContractive) {
   EXPECT_LT(residual_ratio("qsgd:levels=15,bucket=128,ef=1"), 0.3);
   EXPECT_LT(residual_ratio("qsgd:levels=127,ef=1"), 0.3);
   EXPECT_GT(residual_ratio("qsgd:levels=1,bucket=100,ef=1"), 100.0);  // not contractive
+}
+
+// int8, message face: every value within half a step (max_b / 127 / 2) of its input, and
+// error feedback keeps exactly the difference.
+TEST(Int8, MessageRoundTripIsWithinHalfAStepPerBlock) {
+  const size_t n = 1000, block = 64;
+  const auto input = random_vector(n, 11);
+  auto codec = create_codec("int8:block=64,ef=0", tensor_of(n));
+  Bytes payload;
+  codec->encode(input, payload);
+  EXPECT_EQ(payload.size(), 8u + 4u + 4u * ((n + block - 1) / block) + n);
+  std::vector<float> decoded(n, 0.0f);
+  codec->decode_add(payload, decoded);
+  for (size_t b = 0; b * block < n; ++b) {
+    float m = 0;
+    for (size_t i = b * block; i < std::min(n, (b + 1) * block); ++i)
+      m = std::max(m, std::fabs(input[i]));
+    for (size_t i = b * block; i < std::min(n, (b + 1) * block); ++i) {
+      EXPECT_LE(std::fabs(decoded[i] - input[i]), m / 127 / 2 * 1.0001f) << i;
+    }
+  }
+  std::vector<float> a = input;
+  Bytes again;
+  codec->encode_residual(a, again);
+  EXPECT_EQ(again, payload);
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(a[i], input[i] - decoded[i], 1e-6f) << i;
+}
+
+// int8, shared-scale face: W ranks quantize with the agreed maxima to 127 / W levels, their
+// int8 sum cannot overflow, and the dequantized mean is within half a step of the exact mean.
+TEST(Int8, SharedScaleSumOfWRanksIsTheMeanWithinHalfAStep) {
+  const size_t n = 517, block = 32;
+  for (const int world : {2, 4, 8, 127}) {
+    const int levels = shared_scale_levels(world);
+    ASSERT_GT(levels, 0);
+    std::vector<std::unique_ptr<Codec>> codecs;
+    std::vector<std::vector<float>> inputs;
+    const size_t blocks = (n + block - 1) / block;
+    std::vector<float> maxima(blocks, 0.0f), local(blocks);
+    for (int r = 0; r < world; ++r) {
+      codecs.push_back(create_codec("int8:block=32,ef=0", tensor_of(n)));
+      inputs.push_back(random_vector(n, 100 + r));
+      codecs[r]->shared_scale()->local_maxima(inputs[r], local);
+      for (size_t b = 0; b < blocks; ++b) maxima[b] = std::max(maxima[b], local[b]);
+    }
+    std::vector<int> sum(n, 0);
+    std::vector<int8_t> wire(n);
+    for (int r = 0; r < world; ++r) {
+      codecs[r]->shared_scale()->quantize(inputs[r], maxima, levels, wire.data());
+      for (size_t i = 0; i < n; ++i) sum[i] += wire[i];
+    }
+    std::vector<int8_t> summed(n);
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_LE(std::abs(sum[i]), 127) << "world " << world;
+      summed[i] = static_cast<int8_t>(sum[i]);
+    }
+    std::vector<float> out(n);
+    codecs[0]->shared_scale()->dequantize(summed.data(), maxima, levels, world, out);
+    for (size_t i = 0; i < n; ++i) {
+      double mean = 0;
+      for (int r = 0; r < world; ++r) mean += inputs[r][i] / world;
+      const float step = maxima[i / block] / levels;
+      EXPECT_LE(std::fabs(out[i] - mean), step / 2 * 1.001f + 1e-7f) << "world " << world;
+    }
+  }
+  EXPECT_EQ(shared_scale_levels(128), 0);
+}
+
+// With error feedback the shared-scale face keeps the residual: what was not sent this
+// step is added to the next step's gradient.
+TEST(Int8, SharedScaleErrorFeedbackCarriesTheRemainder) {
+  const size_t n = 64;
+  auto codec = create_codec("int8:block=64", tensor_of(n));
+  auto* face = codec->shared_scale();
+  ASSERT_NE(face, nullptr);
+  std::vector<float> g(n, 0.001f);
+  g[0] = 1.0f;  // the block's maximum: 0.001 is far below one of 63 steps of 1/63
+  std::vector<float> maxima(1);
+  std::vector<int8_t> q(n);
+  face->local_maxima(g, maxima);
+  EXPECT_EQ(maxima[0], 1.0f);
+  face->quantize(g, maxima, /*levels=*/63, q.data());
+  EXPECT_EQ(q[0], 63);
+  EXPECT_EQ(q[1], 0);
+  const auto& ef = dynamic_cast<const ErrorFeedback&>(*codec);
+  EXPECT_NEAR(ef.residual()[1], 0.001f, 1e-7f);
+  EXPECT_NEAR(ef.residual()[0], 0.0f, 1e-7f);
 }
 
 }  // namespace

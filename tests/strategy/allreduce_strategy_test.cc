@@ -83,7 +83,8 @@ INSTANTIATE_TEST_SUITE_P(
     Codecs, EveryCodecTest,
     ::testing::Combine(::testing::Values("none", "fp16", "topk:density=0.05", "powersgd:rank=2",
                                          "hylo", "conv=filter-topk:rate=0.5,fc=2bit,other=none",
-                                         "2bit", "topk:density=0.1,ef=0,warmup=0", "fp16:ef=1"),
+                                         "2bit", "topk:density=0.1,ef=0,warmup=0", "fp16:ef=1",
+                                         "int8", "conv=int8,other=fp16"),
                        ::testing::Values(2, 4)),
     [](const auto& info) {
       std::string name = std::get<0>(info.param) + "_" + std::to_string(std::get<1>(info.param));
@@ -166,7 +167,8 @@ INSTANTIATE_TEST_SUITE_P(
                           AggregateCase{"terngrad", 0.12}, AggregateCase{"signsgd", 0.08},
                           AggregateCase{"spectral", 0.04}, AggregateCase{"hylo", 0.1},
                           AggregateCase{"conv=filter-topk:rate=0.5,other=none", 0.005},
-                          AggregateCase{"powersgd:rank=2", 0.03}),
+                          AggregateCase{"powersgd:rank=2", 0.03}, AggregateCase{"int8", 0.01},
+                          AggregateCase{"int8:ef=0", 0.05}),
         ::testing::Values(2, 4)),
     [](const auto& info) {
       std::string name =
@@ -189,6 +191,10 @@ class RecordingCollectives : public comm::Collectives {
                                                   comm::DataType type) override {
     ++operations;
     return inner_.allreduce_sum_async(data, count, type);
+  }
+  void allreduce_max(float* data, size_t count) override {
+    ++operations;
+    inner_.allreduce_max(data, count);
   }
   using Collectives::allgather_bytes;
   void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override {

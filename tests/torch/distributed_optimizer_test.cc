@@ -163,7 +163,7 @@ TEST_P(CodecOverGlooTest, EveryRankEndsWithIdenticalParameters) {
 
 INSTANTIATE_TEST_SUITE_P(Codecs, CodecOverGlooTest,
                          ::testing::Combine(::testing::Values("none", "fp16", "topk:density=0.01",
-                                                              "2bit"),
+                                                              "2bit", "int8"),
                                             ::testing::Values(2, 4)),
                          [](const auto& info) {
                            std::string name = std::get<0>(info.param);

@@ -87,6 +87,7 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
                                a.progress};
   if (!o.data_dir.empty()) cmd.insert(cmd.end(), {"--data-dir", o.data_dir});
   if (!o.metrics_path.empty()) cmd.insert(cmd.end(), {"--metrics", o.metrics_path});
+  if (!o.timeline_path.empty()) cmd.insert(cmd.end(), {"--timeline", o.timeline_path});
   if (!o.worker_speed.empty()) cmd.insert(cmd.end(), {"--worker-speed", o.worker_speed});
   if (!o.test_worker_exit.empty()) {
     cmd.insert(cmd.end(), {"--test-worker-exit", o.test_worker_exit});
@@ -211,6 +212,10 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--eval-every", o.eval_every,
                   "Also evaluate every N steps (time to accuracy finer than an epoch)");
   cmd->add_option("--metrics", o.metrics_path, "Write JSON Lines metrics to FILE");
+  cmd->add_option("--timeline", o.timeline_path,
+                  "Write every rank's timeline (forward, backward, each bucket's encode, "
+                  "communicate and decode, waits) to FILE as Chrome trace-event JSON "
+                  "(open it in Perfetto)");
   cmd->add_option("--threads", args->threads, "Compute threads per worker (0: cores / workers)");
   cmd->add_option("--master-port", args->master_port, "Rendezvous port (0: pick a free one)");
   cmd->add_option("--progress", args->progress, "auto, tty, lines or none")

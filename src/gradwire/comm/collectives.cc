@@ -10,6 +10,8 @@ size_t data_type_size(DataType type) {
       return 4;
     case DataType::kFloat16:
       return 2;
+    case DataType::kInt8:
+      return 1;
   }
   return 0;
 }
@@ -20,6 +22,8 @@ const char* data_type_name(DataType type) {
       return "float32";
     case DataType::kFloat16:
       return "float16";
+    case DataType::kInt8:
+      return "int8";
   }
   return "?";
 }

@@ -28,7 +28,8 @@
 
 namespace gradwire::comm {
 
-enum class DataType : uint8_t { kFloat32, kFloat16 };
+// kInt8 sums wrap on overflow (as Gloo's do): callers keep sums within [-128, 127].
+enum class DataType : uint8_t { kFloat32, kFloat16, kInt8 };
 size_t data_type_size(DataType type);
 const char* data_type_name(DataType type);
 
@@ -54,6 +55,8 @@ class Collectives {
   void allreduce_sum(void* data, size_t count, DataType type) {
     allreduce_sum_async(data, count, type)->wait();
   }
+  // In-place elementwise maximum over ranks.
+  virtual void allreduce_max(float* data, size_t count) = 0;
 
   // Every rank contributes `data` (sizes may differ between ranks); `out[r]` becomes rank
   // r's bytes. Buffers kept by the caller across calls are reused (no allocation once

@@ -14,7 +14,15 @@ namespace gradwire::comm {
 namespace {
 
 at::ScalarType scalar_type(DataType type) {
-  return type == DataType::kFloat32 ? at::kFloat : at::kHalf;
+  switch (type) {
+    case DataType::kFloat32:
+      return at::kFloat;
+    case DataType::kFloat16:
+      return at::kHalf;
+    case DataType::kInt8:
+      return at::kChar;
+  }
+  return at::kFloat;
 }
 
 at::Tensor byte_view(void* data, size_t bytes) {
@@ -90,6 +98,17 @@ class GlooCollectives : public Collectives {
         at::from_blob(data, {static_cast<int64_t>(count)}, scalar_type(type))};
     return std::make_unique<GlooWork>(this, launch([&] { return group_->allreduce(tensors); }), seq,
                                       "allreduce");
+  }
+
+  void allreduce_max(float* data, size_t count) override {
+    const uint64_t seq = begin("allreduce-max");
+    count_allreduce(count * sizeof(float));
+    std::vector<at::Tensor> tensors{at::from_blob(data, {static_cast<int64_t>(count)}, at::kFloat)};
+    c10d::AllreduceOptions options;
+    options.reduceOp = c10d::ReduceOp::MAX;
+    GlooWork(this, launch([&] { return group_->allreduce(tensors, options); }), seq,
+             "allreduce-max")
+        .wait();
   }
 
   using Collectives::allgather_bytes;

@@ -69,6 +69,15 @@ std::unique_ptr<Work> LocalCollectives::allreduce_sum_async(void* data, size_t c
                         " bytes, another sent " + std::to_string(b.size()))));
     }
   }
+  if (type == DataType::kInt8) {  // in rank order, wrapping as Gloo's int8 sum does
+    std::vector<int> sum(count, 0);
+    for (const Bytes& b : *all) {
+      for (size_t i = 0; i < count; ++i) sum[i] += static_cast<int8_t>(b[i]);
+    }
+    auto* out = static_cast<int8_t*>(data);
+    for (size_t i = 0; i < count; ++i) out[i] = static_cast<int8_t>(sum[i]);
+    return std::make_unique<CompletedWork>();
+  }
   // Sum in rank order into a float accumulator so every rank gets the same bits.
   std::vector<float> sum(count, 0.0f), tmp(count);
   for (const Bytes& b : *all) {
@@ -85,6 +94,24 @@ std::unique_ptr<Work> LocalCollectives::allreduce_sum_async(void* data, size_t c
     float_to_half(sum, static_cast<uint16_t*>(data), 1.0f);
   }
   return std::make_unique<CompletedWork>();
+}
+
+void LocalCollectives::allreduce_max(float* data, size_t count) {
+  const size_t bytes = count * sizeof(float);
+  const auto* raw = reinterpret_cast<const uint8_t*>(data);
+  count_allreduce(bytes);
+  auto all = group_->exchange(rank_, Bytes(raw, raw + bytes),
+                              "allreduce-max #" + std::to_string(++sequence_));
+  std::vector<float> value(count);
+  for (size_t r = 0; r < all->size(); ++r) {
+    const Bytes& b = (*all)[r];
+    if (b.size() != bytes) {
+      throw MismatchError("allreduce-max size mismatch: this rank sent " + std::to_string(bytes) +
+                          " bytes, another sent " + std::to_string(b.size()));
+    }
+    std::memcpy(value.data(), b.data(), bytes);
+    for (size_t i = 0; i < count; ++i) data[i] = r == 0 ? value[i] : std::max(data[i], value[i]);
+  }
 }
 
 void LocalCollectives::allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) {

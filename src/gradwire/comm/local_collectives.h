@@ -53,6 +53,7 @@ class LocalCollectives : public Collectives {
   std::chrono::milliseconds timeout() const override { return group_->timeout(); }
 
   std::unique_ptr<Work> allreduce_sum_async(void* data, size_t count, DataType type) override;
+  void allreduce_max(float* data, size_t count) override;
   using Collectives::allgather_bytes;
   void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override;
   void broadcast(void* data, size_t bytes, int root) override;

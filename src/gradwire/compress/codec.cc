@@ -29,6 +29,7 @@ bool is_known_codec(uint8_t id) {
     case CodecId::kSpectral:
     case CodecId::kPowerSgd:
     case CodecId::kFilterTopK:
+    case CodecId::kInt8:
       return true;
   }
   return false;
@@ -116,6 +117,8 @@ const char* codec_id_name(CodecId id) {
       return "powersgd";
     case CodecId::kFilterTopK:
       return "filter-topk";
+    case CodecId::kInt8:
+      return "int8";
   }
   return "unknown";
 }

@@ -13,6 +13,8 @@
 //  * Additive face (only when additive_wire() is set): the codec's wire values can be
 //    summed elementwise by an allreduce (fp32, fp16). to_wire()/from_wire() convert without
 //    headers, so a bucket of several tensors can be one allreduce.
+//  * Shared-scale face (shared_scale(), int8): int8 wire values summed by an allreduce
+//    after the ranks agreed on each block's scale (an allreduce-max); see below.
 #pragma once
 
 #include <cstdint>
@@ -43,6 +45,7 @@ enum class CodecId : uint8_t {
   kSpectral = 13,
   kPowerSgd = 14,
   kFilterTopK = 15,
+  kInt8 = 16,
 };
 
 // Element type of an additive codec's wire values.
@@ -82,6 +85,7 @@ struct PayloadHeader {
 const char* codec_id_name(CodecId id);
 
 class LowRankFace;
+class SharedScaleFace;
 
 class Codec {
  public:
@@ -120,6 +124,10 @@ class Codec {
   // three-phase protocol of LowRankFace below. Strategies without allreduce ignore it and
   // use the message face.
   virtual LowRankFace* low_rank() { return nullptr; }
+
+  // Shared-scale face (int8): non-null when the codec can run the allreduce protocol of
+  // SharedScaleFace below. Strategies without allreduce use the message face.
+  virtual SharedScaleFace* shared_scale() { return nullptr; }
 };
 
 // PowerSGD's exchange (ALGORITHMS.md 3), driven by a strategy that owns the allreduces:
@@ -137,5 +145,31 @@ class LowRankFace {
   virtual void middle(std::span<const float> p_mean, std::span<float> q) = 0;
   virtual void end(std::span<const float> q_mean, std::span<float> gradient) = 0;
 };
+
+// int8 values that W ranks can sum in int8 (ALGORITHMS.md, int8): every rank quantizes
+// block b of its gradient a with the same step s_b = M_b / L, where M_b is the largest
+// |a| of block b over all ranks and L = floor(127 / W) levels per sign, so that a sum of W
+// values in [-L, L] never leaves [-127, 127]. Driven by a strategy that owns the
+// allreduces, once per step and in this order:
+//   local_maxima(g, m):               m[b] = max |a| in block b      -> allreduce-max m
+//   quantize(g, m, L, q):             q = round(a / s_b), |q| <= L   -> allreduce-sum q (int8)
+//   dequantize(q_sum, m, L, W, out):  out = q_sum * s_b / W
+// With error feedback a = g + r and quantize leaves r = a - q s_b; without it a = g.
+class SharedScaleFace {
+ public:
+  virtual ~SharedScaleFace() = default;
+  virtual size_t blocks() const = 0;  // for this tensor
+  virtual void local_maxima(std::span<const float> gradient, std::span<float> maxima) = 0;
+  virtual void quantize(std::span<const float> gradient, std::span<const float> maxima, int levels,
+                        int8_t* wire) = 0;
+  // quantize() of `a` itself, leaving a <- a - q s_b (error feedback's residual).
+  virtual void quantize_residual(std::span<float> a, std::span<const float> maxima, int levels,
+                                 int8_t* wire) = 0;
+  virtual void dequantize(const int8_t* summed, std::span<const float> maxima, int levels,
+                          int world, std::span<float> out) const = 0;
+};
+
+// The levels per sign that W ranks can sum in int8 (0 when W > 127: not possible).
+inline int shared_scale_levels(int world) { return world >= 1 ? 127 / world : 0; }
 
 }  // namespace gradwire::compress

@@ -32,6 +32,7 @@ ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> inner, float momentum, bool 
     : inner_(std::move(inner)), momentum_(momentum), mask_momentum_(mask_momentum) {
   if (!inner_) throw Error("ErrorFeedback needs a codec to wrap (got null)");
   fused_ = dynamic_cast<FusedAccumulate*>(inner_.get());
+  inner_face_ = inner_->shared_scale();
   if (!(momentum >= 0.0f && momentum < 1.0f)) {
     throw ConfigError("error feedback momentum=" + format_number(momentum) + " must be in [0, 1)");
   }
@@ -102,6 +103,32 @@ void ErrorFeedback::to_wire_residual(std::span<float> a, float scale, void* wire
   std::vector<float> sent(a.size());
   inner_->from_wire(wire, sent);
   for (size_t i = 0; i < a.size(); ++i) a[i] -= sent[i] / scale;
+}
+
+size_t ErrorFeedback::blocks() const { return inner_face_ ? inner_face_->blocks() : 0; }
+
+void ErrorFeedback::local_maxima(std::span<const float> gradient, std::span<float> maxima) {
+  if (!inner_face_) throw Error("codec '" + spec_ + "' has no shared-scale face");
+  accumulate(gradient);  // a = g + r, kept in r
+  inner_face_->local_maxima(residual_, maxima);
+}
+
+void ErrorFeedback::quantize(std::span<const float>, std::span<const float> maxima, int levels,
+                             int8_t* wire) {
+  if (!inner_face_ || !started_) {
+    throw Error("codec '" + spec_ + "': quantize() before local_maxima() of the same step");
+  }
+  inner_face_->quantize_residual(residual_, maxima, levels, wire);  // r <- a - D(q)
+}
+
+void ErrorFeedback::quantize_residual(std::span<float>, std::span<const float>, int, int8_t*) {
+  throw Error("codec '" + spec_ + "' keeps its own residual: use quantize()");
+}
+
+void ErrorFeedback::dequantize(const int8_t* summed, std::span<const float> maxima, int levels,
+                               int world, std::span<float> out) const {
+  if (!inner_face_) throw Error("codec '" + spec_ + "' has no shared-scale face");
+  inner_face_->dequantize(summed, maxima, levels, world, out);
 }
 
 }  // namespace gradwire::compress

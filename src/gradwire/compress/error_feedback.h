@@ -39,7 +39,7 @@ class FusedAccumulate {
   ~FusedAccumulate() = default;
 };
 
-class ErrorFeedback final : public Codec {
+class ErrorFeedback final : public Codec, public SharedScaleFace {
  public:
   // mask_momentum: zero u at the coordinates a payload sent (DGC's momentum factor
   // masking; for codecs that send a subset of the coordinates).
@@ -61,6 +61,18 @@ class ErrorFeedback final : public Codec {
   // As to_wire(), then `a` <- a - from_wire(wire) / scale (the error relative to `a`).
   void to_wire_residual(std::span<float> a, float scale, void* wire) override;
 
+  // Shared-scale face, when the inner codec has one: local_maxima() accumulates a = g + r
+  // (once per step) and reports a's maxima; quantize() quantizes a, leaving r = a - D.
+  SharedScaleFace* shared_scale() override { return inner_face_ ? this : nullptr; }
+  size_t blocks() const override;
+  void local_maxima(std::span<const float> gradient, std::span<float> maxima) override;
+  void quantize(std::span<const float> gradient, std::span<const float> maxima, int levels,
+                int8_t* wire) override;
+  void quantize_residual(std::span<float> a, std::span<const float> maxima, int levels,
+                         int8_t* wire) override;
+  void dequantize(const int8_t* summed, std::span<const float> maxima, int levels, int world,
+                  std::span<float> out) const override;
+
   // The residual r (empty before the first encode/to_wire).
   std::span<const float> residual() const { return residual_; }
   const Codec& inner() const { return *inner_; }
@@ -72,7 +84,8 @@ class ErrorFeedback final : public Codec {
   void reserve(size_t n);
 
   std::unique_ptr<Codec> inner_;
-  FusedAccumulate* fused_ = nullptr;  // inner_ as FusedAccumulate, when it is one
+  FusedAccumulate* fused_ = nullptr;       // inner_ as FusedAccumulate, when it is one
+  SharedScaleFace* inner_face_ = nullptr;  // inner_'s shared-scale face, when it has one
   std::string spec_;
   std::vector<float> residual_;
   std::vector<float> velocity_;  // u, only with momentum

@@ -62,6 +62,7 @@ const CodecTable& codec_table() {
     add(t, "terngrad", make_terngrad_codec, false);
     add(t, "signsgd", make_sign_sgd_codec, true);
     add(t, "bf16", make_bf16_codec, false);
+    add(t, "int8", make_int8_codec, true);
     // spectral:
     add(t, "spectral", make_spectral_codec, true);
     // layer-aware:

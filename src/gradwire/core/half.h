@@ -1,4 +1,4 @@
-// float <-> IEEE 754 binary16 ("fp16") conversion without F16C.
+// float <-> IEEE 754 binary16 ("fp16") conversion: portable scalar code, and F16C for spans.
 //
 // Round to nearest, ties to even; overflow goes to +-inf, NaN stays NaN (quiet, 0x7e00 with
 // the sign kept), subnormal halves are produced and read exactly. The scalar functions are
@@ -66,6 +66,10 @@ inline uint16_t load_u16(const uint8_t* p, size_t i) {
 }
 inline void store_u16(uint8_t* p, size_t i, uint16_t v) { std::memcpy(p + 2 * i, &v, 2); }
 
+// The span conversions below use the CPU's F16C instructions where it has them (checked
+// at run time), the scalar code above otherwise; both give the same bits for every finite
+// or infinite value.
+bool half_conversion_uses_f16c();
 // out[i] = half(scale * in[i]). `out` holds in.size() halves and may be unaligned.
 void float_to_half(std::span<const float> in, void* out, float scale = 1.0f);
 // out[i] = float(in[i]). `in` holds out.size() halves and may be unaligned.

@@ -1,5 +1,6 @@
 #include "gradwire/context.h"
 
+#include <algorithm>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -81,8 +82,12 @@ void serve(const comm::WorldInfo& world, const comm::RoleInfo& role,
            const comm::ConnectOptions& options, const std::string& bind) {
   comm::ZmqServerTransport transport("server" + std::to_string(role.index), bind);
   // The last replies (whole models) still go out after run() returns: on a slow link that
-  // takes seconds, so the socket waits for them up to the collective timeout on close.
-  transport.set_linger(options.collective_timeout);
+  // takes seconds, so the socket waits for them on close, up to the collective timeout but
+  // no more than 30 s (a model of about 375 MB at 100 Mbit). ZeroMQ sometimes keeps a reply
+  // to a worker that has already left pending until the linger ends (seen with the example
+  // program): an acknowledged final reply would let the server stop at once.
+  transport.set_linger(
+      std::min<std::chrono::milliseconds>(options.collective_timeout, std::chrono::seconds(30)));
   std::string endpoint = transport.endpoint();
   if (const auto any = endpoint.find("0.0.0.0"); any != std::string::npos) {
     // Listening on every interface: tell workers an address they can reach, the one of

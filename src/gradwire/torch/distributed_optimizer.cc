@@ -18,6 +18,7 @@
 #include "gradwire/compress/registry.h"
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
+#include "gradwire/core/timeline.h"
 #include "gradwire/strategy/agreement.h"
 #include "gradwire/strategy/ps/ps_strategy.h"
 #include "gradwire/strategy/ps/updater.h"
@@ -172,7 +173,7 @@ MomentumCorrection apply_momentum_correction(torch::optim::Optimizer& optimizer,
     if (parsed.params.count("momentum")) return out;  // the user chose
     const auto codec_instance = policy.create(tensor);
     if (compress::uses_error_feedback(spec) && !codec_instance->additive_wire() &&
-        !codec_instance->low_rank()) {
+        !codec_instance->low_rank() && !codec_instance->shared_scale()) {
       needed = true;
     }
   }
@@ -438,12 +439,18 @@ torch::Tensor DistributedOptimizer::step() {
   if (!impl_->exchanged.load(std::memory_order_relaxed)) synchronize();
   impl_->exchanged.store(false, std::memory_order_relaxed);
   torch::Tensor result;
-  if (!impl_->strategy->applies_update()) result = impl_->optimizer->step();
+  if (!impl_->strategy->applies_update()) {
+    TimelineSpan span("optimizer update", "compute");
+    result = impl_->optimizer->step();
+  }
   torch::NoGradGuard no_grad;
   strategy::FloatSpans params;
   for (auto& p : impl_->params) params.push_back(float_span(p));
   impl_->strategy->after_update(params);
-  if (impl_->broadcast_buffers) impl_->broadcast_buffers_from_rank0();
+  if (impl_->broadcast_buffers && !impl_->buffers.empty()) {
+    TimelineSpan span("broadcast buffers", "communicate");
+    impl_->broadcast_buffers_from_rank0();
+  }
   return result;
 }
 

@@ -5,6 +5,7 @@
 
 #include "gradwire/core/atomic_file.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/timeline.h"
 
 namespace gradwire::train {
 
@@ -60,8 +61,13 @@ torch::Tensor forward_backward(Classifier& model, const Dataset& set,
   auto index = torch::from_blob(const_cast<size_t*>(indices.data()),
                                 {static_cast<int64_t>(indices.size())}, torch::kLong)
                    .clone();
-  auto loss = torch::nn::functional::cross_entropy(model.forward(set.images.index_select(0, index)),
-                                                   set.labels.index_select(0, index));
+  torch::Tensor loss;
+  {
+    TimelineSpan span("forward", "compute");
+    loss = torch::nn::functional::cross_entropy(model.forward(set.images.index_select(0, index)),
+                                                set.labels.index_select(0, index));
+  }
+  TimelineSpan span("backward", "compute");
   loss.backward();
   return loss;
 }

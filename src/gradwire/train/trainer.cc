@@ -8,7 +8,9 @@
 #include <nlohmann/json.hpp>
 
 #include "gradwire/comm/collectives.h"
+#include "gradwire/core/atomic_file.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/timeline.h"
 #include "gradwire/distributed_optimizer.h"
 #include "gradwire/distributed_sampler.h"
 #include "gradwire/train/fashion_mnist.h"
@@ -28,7 +30,12 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   if (options.epochs < 1) throw ConfigError("--epochs must be at least 1");
   if (options.batch_size < 1) throw ConfigError("--batch-size must be at least 1");
   if (!(options.lr > 0)) throw ConfigError("--lr must be positive");
-  if (options.strategy == "ps") return run_ps_training(options, context_ptr);
+  if (options.strategy == "ps") {
+    if (!options.timeline_path.empty()) {
+      throw ConfigError("--timeline records allreduce jobs; parameter-server jobs have none yet");
+    }
+    return run_ps_training(options, context_ptr);
+  }
   if (!options.worker_speed.empty()) {
     throw ConfigError(
         "--worker-speed applies to --strategy ps (allreduce runs at the slowest "
@@ -75,6 +82,7 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   size_t global_step = 0, evaluated_step = 0;
   double accuracy = 0;
   const auto evaluate_now = [&](int epoch) {  // with the clock paused
+    TimelineSpan span("evaluate", "evaluate");
     if (context.is_root()) {
       accuracy = evaluate(*model, test_set, idle_machine_threads());
       metrics.write({{"event", "eval"},
@@ -86,6 +94,13 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
     context.barrier();
     evaluated_step = global_step;
   };
+
+  if (!options.timeline_path.empty()) {
+    Timeline::global().enable(context.rank());
+    Timeline::global().name_thread("training");
+    context.barrier();  // every rank's time 0 is this moment, up to the barrier's skew
+    Timeline::global().set_origin(Timeline::Clock::now());
+  }
 
   TrainResult result;
   const auto job_start = Clock::now();
@@ -103,7 +118,10 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
       optimizer.zero_grad();
       const auto loss = forward_backward(*model, train_set,
                                          std::span<const size_t>(all.data() + begin, end - begin));
-      optimizer.step();
+      {
+        TimelineSpan span("step", "step");
+        optimizer.step();
+      }
       ++global_step;
       loss_sum += loss.item<double>() * static_cast<double>(end - begin);
       samples += end - begin;
@@ -163,6 +181,20 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   }
   result.train_s = clock.seconds();
   result.elapsed_s = seconds_since(job_start);
+
+  if (!options.timeline_path.empty()) {
+    const std::string mine = Timeline::global().events_json();
+    const auto all = context.collectives().allgather_bytes(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(mine.data()), mine.size()));
+    if (context.is_root()) {
+      std::vector<std::string> per_rank;
+      for (const auto& bytes : all) per_rank.emplace_back(bytes.begin(), bytes.end());
+      const std::string trace = Timeline::trace_json(per_rank);
+      write_file_atomically(
+          options.timeline_path,
+          std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(trace.data()), trace.size()));
+    }
+  }
 
   // Checksums travel after the traffic figures were taken, so they are not counted.
   const std::string checksum = parameter_checksum(*model);

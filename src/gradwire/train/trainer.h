@@ -43,6 +43,9 @@ struct TrainOptions {
   // finer resolution than an epoch. Epoch ends are always evaluated.
   size_t eval_every = 0;
   std::string metrics_path;  // empty: no metrics file
+  // Non-empty (strategy allreduce): every rank records a timeline (core/timeline.h) and
+  // rank 0 writes them all to this file at the end, as Chrome trace-event JSON.
+  std::string timeline_path;
   ProgressStyle progress = ProgressStyle::kLines;
   // Strategy "ps": the servers' options. The job trains epochs x (training samples) samples
   // over all workers together (a sample budget), so faster workers do more steps.

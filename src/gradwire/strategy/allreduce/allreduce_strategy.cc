@@ -6,6 +6,7 @@
 
 #include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/timeline.h"
 #include "gradwire/strategy/agreement.h"
 
 namespace gradwire::strategy {
@@ -15,7 +16,11 @@ struct AllreduceStrategy::Bucket {
   std::vector<size_t> offsets;  // element offset of each tensor in the wire buffer
   size_t elements = 0;
   std::optional<compress::WireType> wire;  // set: additive path
+  bool int8 = false;                       // shared-scale path (int8 codec)
   std::vector<uint8_t> wire_buffer;
+  // Shared-scale path: each tensor's first block in `maxima`, and the blocks' maxima.
+  std::vector<size_t> block_offsets;
+  std::vector<float> maxima;
   // Message path, kept across steps so that a step allocates nothing once they are large
   // enough: this rank's message, every rank's, and every rank's payload in it.
   Bytes message;
@@ -55,23 +60,39 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
     }
     const size_t n = tensors_[k].numel();
     const auto wire = codecs_[k]->additive_wire();
+    auto* shared = codecs_[k]->shared_scale();
+    const bool int8 = shared != nullptr;
     const size_t cap = buckets_.size() == 1
                            ? std::min(options_.first_bucket_bytes, options_.bucket_bytes)
                            : options_.bucket_bytes;
     const bool fits = !buckets_.empty() && buckets_.back().wire == wire &&
+                      buckets_.back().int8 == int8 &&
                       (buckets_.back().elements + n) * sizeof(float) <= cap;
     if (!fits) {
       buckets_.emplace_back();
       buckets_.back().wire = wire;
+      buckets_.back().int8 = int8;
     }
     Bucket& bucket = buckets_.back();
     bucket.tensors.push_back(k);
     bucket.offsets.push_back(bucket.elements);
     bucket.elements += n;
+    if (int8) {
+      bucket.block_offsets.push_back(bucket.maxima.size());
+      bucket.maxima.resize(bucket.maxima.size() + shared->blocks());
+    }
   }
   for (Bucket& bucket : buckets_) {
     if (bucket.wire) {
       bucket.wire_buffer.resize(bucket.elements * compress::wire_type_size(*bucket.wire));
+    } else if (bucket.int8) {
+      if (compress::shared_scale_levels(collectives_.size()) == 0) {
+        throw ConfigError(
+            "the int8 codec sums the ranks' values in int8, which overflows "
+            "beyond 127 ranks; this job has " +
+            std::to_string(collectives_.size()));
+      }
+      bucket.wire_buffer.resize(bucket.elements);
     }
   }
   p_buffer_.resize(p_size);
@@ -125,10 +146,19 @@ void AllreduceStrategy::gradient_ready(size_t index, std::span<float> grad) {
   report(index, grad);
 }
 
+std::string AllreduceStrategy::timeline_args(const Bucket& bucket) const {
+  if (!Timeline::global().enabled()) return {};
+  return "{\"bucket\":" + std::to_string(&bucket - buckets_.data()) +
+         ",\"tensors\":" + std::to_string(bucket.tensors.size()) +
+         ",\"fp32_bytes\":" + std::to_string(bucket.elements * sizeof(float)) + "}";
+}
+
 void AllreduceStrategy::run_bucket(size_t b) {
   Bucket& bucket = buckets_[b];
   if (bucket.wire) {
     synchronize_additive(bucket, step_grads_);
+  } else if (bucket.int8) {
+    synchronize_int8(bucket, step_grads_);
   } else {
     synchronize_messages(bucket, step_grads_);
   }
@@ -156,8 +186,14 @@ void AllreduceStrategy::synchronize(const FloatSpans& grads) {
       if (bucket_of_[k] != kNoBucket && !reported_[k]) report(k, grads[k]);
     }
   }
-  executor_->finish_step();  // rethrows what stopped a bucket
-  if (!low_rank_.empty()) synchronize_low_rank(grads);
+  {
+    TimelineSpan wait("wait for the exchange", "wait");
+    executor_->finish_step();  // rethrows what stopped a bucket
+  }
+  if (!low_rank_.empty()) {
+    TimelineSpan span("low-rank exchange", "communicate");
+    synchronize_low_rank(grads);
+  }
   const comm::CollectiveTraffic& after = collectives_.traffic();
   traffic_.bytes_contributed += after.contributed - step_start_.contributed;
   traffic_.bytes_on_wire += after.on_wire - step_start_.on_wire;
@@ -169,33 +205,103 @@ void AllreduceStrategy::synchronize(const FloatSpans& grads) {
 void AllreduceStrategy::synchronize_additive(Bucket& bucket, const FloatSpans& grads) {
   const size_t element_size = compress::wire_type_size(*bucket.wire);
   const float scale = 1.0f / static_cast<float>(collectives_.size());
-  for (size_t j = 0; j < bucket.tensors.size(); ++j) {
-    const size_t k = bucket.tensors[j];
-    codecs_[k]->to_wire(grads[k], scale,
-                        bucket.wire_buffer.data() + bucket.offsets[j] * element_size);
+  const std::string args = timeline_args(bucket);
+  {
+    TimelineSpan span("encode", "compute");
+    span.set_args(args);
+    for (size_t j = 0; j < bucket.tensors.size(); ++j) {
+      const size_t k = bucket.tensors[j];
+      codecs_[k]->to_wire(grads[k], scale,
+                          bucket.wire_buffer.data() + bucket.offsets[j] * element_size);
+    }
   }
-  collectives_.allreduce_sum(bucket.wire_buffer.data(), bucket.elements,
-                             *bucket.wire == compress::WireType::kFloat16
-                                 ? comm::DataType::kFloat16
-                                 : comm::DataType::kFloat32);
+  {
+    TimelineSpan span("communicate", "communicate");
+    span.set_args(args);
+    collectives_.allreduce_sum(bucket.wire_buffer.data(), bucket.elements,
+                               *bucket.wire == compress::WireType::kFloat16
+                                   ? comm::DataType::kFloat16
+                                   : comm::DataType::kFloat32);
+  }
+  TimelineSpan span("decode", "compute");
+  span.set_args(args);
   for (size_t j = 0; j < bucket.tensors.size(); ++j) {
     const size_t k = bucket.tensors[j];
     codecs_[k]->from_wire(bucket.wire_buffer.data() + bucket.offsets[j] * element_size, grads[k]);
   }
 }
 
+// The shared-scale protocol of compress::SharedScaleFace: every rank's block maxima, an
+// allreduce-max, int8 quantization with the agreed scales, an int8 allreduce-sum.
+void AllreduceStrategy::synchronize_int8(Bucket& bucket, const FloatSpans& grads) {
+  const int world = collectives_.size();
+  const int levels = compress::shared_scale_levels(world);
+  const std::string args = timeline_args(bucket);
+  auto* wire = reinterpret_cast<int8_t*>(bucket.wire_buffer.data());
+  const auto maxima_of = [&](size_t j) {
+    auto* face = codecs_[bucket.tensors[j]]->shared_scale();
+    return std::span<float>(bucket.maxima).subspan(bucket.block_offsets[j], face->blocks());
+  };
+  {
+    TimelineSpan span("encode", "compute");
+    span.set_args(args);
+    for (size_t j = 0; j < bucket.tensors.size(); ++j) {
+      codecs_[bucket.tensors[j]]->shared_scale()->local_maxima(grads[bucket.tensors[j]],
+                                                               maxima_of(j));
+    }
+  }
+  {
+    TimelineSpan span("communicate", "communicate");
+    span.set_args(args);
+    collectives_.allreduce_max(bucket.maxima.data(), bucket.maxima.size());
+  }
+  {
+    TimelineSpan span("encode", "compute");
+    span.set_args(args);
+    for (size_t j = 0; j < bucket.tensors.size(); ++j) {
+      const size_t k = bucket.tensors[j];
+      codecs_[k]->shared_scale()->quantize(grads[k], maxima_of(j), levels,
+                                           wire + bucket.offsets[j]);
+    }
+  }
+  {
+    TimelineSpan span("communicate", "communicate");
+    span.set_args(args);
+    collectives_.allreduce_sum(wire, bucket.elements, comm::DataType::kInt8);
+  }
+  TimelineSpan span("decode", "compute");
+  span.set_args(args);
+  for (size_t j = 0; j < bucket.tensors.size(); ++j) {
+    const size_t k = bucket.tensors[j];
+    codecs_[k]->shared_scale()->dequantize(wire + bucket.offsets[j], maxima_of(j), levels, world,
+                                           grads[k]);
+  }
+}
+
 // Message layout per bucket and rank: for each tensor of the bucket, u32 length + payload.
 void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& grads) {
-  // Each payload is encoded straight into the message, behind its length.
-  bucket.message.clear();
-  for (size_t k : bucket.tensors) {
-    const size_t length_at = bucket.message.size();
-    bucket.message.resize(length_at + sizeof(uint32_t));
-    codecs_[k]->encode(grads[k], bucket.message);  // appends
-    const auto length = static_cast<uint32_t>(bucket.message.size() - length_at - sizeof(uint32_t));
-    std::memcpy(bucket.message.data() + length_at, &length, sizeof length);
+  const std::string args = timeline_args(bucket);
+  {
+    // Each payload is encoded straight into the message, behind its length.
+    TimelineSpan span("encode", "compute");
+    span.set_args(args);
+    bucket.message.clear();
+    for (size_t k : bucket.tensors) {
+      const size_t length_at = bucket.message.size();
+      bucket.message.resize(length_at + sizeof(uint32_t));
+      codecs_[k]->encode(grads[k], bucket.message);  // appends
+      const auto length =
+          static_cast<uint32_t>(bucket.message.size() - length_at - sizeof(uint32_t));
+      std::memcpy(bucket.message.data() + length_at, &length, sizeof length);
+    }
   }
-  collectives_.allgather_bytes(bucket.message, bucket.gathered);
+  {
+    TimelineSpan span("communicate", "communicate");
+    span.set_args(args);
+    collectives_.allgather_bytes(bucket.message, bucket.gathered);
+  }
+  TimelineSpan decode_span("decode", "compute");
+  decode_span.set_args(args);
   const std::vector<Bytes>& all = bucket.gathered;
 
   // Split every rank's message before touching any gradient, so a malformed one changes

@@ -5,6 +5,9 @@
 // (a tensor larger than that gets a bucket of its own). Per bucket:
 //  * additive codecs (none, fp16): every tensor is written to the bucket's wire buffer
 //    pre-scaled by 1/world, one allreduce sums it, and the sum is the average;
+//  * int8 (shared-scale codecs): the ranks agree on every block's scale with an
+//    allreduce-max, quantize to levels whose sum over the ranks fits int8, and one int8
+//    allreduce sums them (compress::SharedScaleFace);
 //  * other codecs: every tensor is encoded (with error feedback when the codec has it),
 //    the bucket's payloads are allgathered as one message, and every rank decodes all
 //    ranks' payloads in rank order, sums and divides by world. Decoding its own payload
@@ -63,8 +66,11 @@ class AllreduceStrategy : public Strategy {
   void report(size_t k, std::span<float> grad);
   // The executor's work: bucket b's exchange over step_grads_.
   void run_bucket(size_t b);
+  // {"bucket":b,...} for the timeline's spans; empty when the timeline is off.
+  std::string timeline_args(const Bucket& bucket) const;
   void synchronize_additive(Bucket& bucket, const FloatSpans& grads);
   void synchronize_messages(Bucket& bucket, const FloatSpans& grads);
+  void synchronize_int8(Bucket& bucket, const FloatSpans& grads);
   void synchronize_low_rank(const FloatSpans& grads);
   // Adds `bytes` of fp32 gradient to the step's dense figures (as one ring allreduce).
   void count_dense(size_t bytes);

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "gradwire/core/error.h"
+#include "gradwire/core/timeline.h"
 
 namespace gradwire::strategy {
 
@@ -55,6 +56,7 @@ void InOrderExecutor::finish_step() {
 }
 
 void InOrderExecutor::loop() {
+  Timeline::global().name_thread("exchange");
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     wake_.wait(lock, [&] {
