@@ -69,7 +69,9 @@ struct ParameterServerOptions {
 
 struct DistributedOptions {
   std::string strategy = "allreduce";  // "allreduce" or "ps"
-  std::string compressor = "none";     // codec spec, e.g. "topk:density=0.01"
+  // A codec spec ("topk:density=0.01"), a layer policy ("conv=...,fc=..."), or an adaptive
+  // codec: "auto" measures none, fp16 and PowerSGD in this job and picks (docs/CODECS.md).
+  std::string compressor = "none";
   size_t bucket_bytes = 25u << 20;
   size_t first_bucket_bytes = 1u << 20;  // the last layers' bucket, small so it starts early
   // Exchange each bucket as soon as backward has produced its gradients (as DDP does),
@@ -96,6 +98,16 @@ struct TrafficCounters {
   uint64_t bytes_on_wire = 0;
   uint64_t bytes_dense = 0;
   uint64_t bytes_dense_on_wire = 0;
+};
+
+// A choice the adaptive codecs (auto, accordion) made: from `step` on (steps counted from 0
+// on every rank alike), the codec plan `plan` ("none", "fp16", "powersgd"...), because of
+// `reason` (one line, with the measurements it rests on; the same as JSON in `inputs_json`).
+struct CodecDecision {
+  uint64_t step = 0;
+  std::string plan;
+  std::string reason;
+  std::string inputs_json;
 };
 
 // Parameter-server jobs: what the servers counted over all workers.
@@ -151,6 +163,9 @@ class DistributedOptimizer {
   const std::string& codec_spec() const;
   TrafficCounters traffic() const;
   const Context& context() const;
+  // The adaptive codecs' decisions since the last call, the same on every rank (empty for
+  // a fixed codec). Log them from one rank.
+  std::vector<CodecDecision> take_codec_decisions();
 
   // Parameter-server jobs only (nullopt otherwise). Count the samples of the coming step
   // and their summed loss before step(); job_progress() is the servers' count after it.

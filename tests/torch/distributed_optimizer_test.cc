@@ -161,17 +161,18 @@ TEST_P(CodecOverGlooTest, EveryRankEndsWithIdenticalParameters) {
   EXPECT_GT(traffic[0].bytes_on_wire, 0u);
 }
 
-INSTANTIATE_TEST_SUITE_P(Codecs, CodecOverGlooTest,
-                         ::testing::Combine(::testing::Values("none", "fp16", "topk:density=0.01",
-                                                              "2bit", "int8"),
-                                            ::testing::Values(2, 4)),
-                         [](const auto& info) {
-                           std::string name = std::get<0>(info.param);
-                           for (char& ch : name) {
-                             if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
-                           }
-                           return name + "_" + std::to_string(std::get<1>(info.param));
-                         });
+INSTANTIATE_TEST_SUITE_P(
+    Codecs, CodecOverGlooTest,
+    ::testing::Combine(::testing::Values("none", "fp16", "topk:density=0.01", "2bit", "int8",
+                                         "auto:trial=1,window=1", "accordion:window=1"),
+                       ::testing::Values(2, 4)),
+    [](const auto& info) {
+      std::string name = std::get<0>(info.param);
+      for (char& ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch))) ch = '_';
+      }
+      return name + "_" + std::to_string(std::get<1>(info.param));
+    });
 
 TEST(DistributedOptimizerTest, CodecMismatchFailsAtConstruction) {
   const Problem problem;
@@ -225,6 +226,40 @@ TEST(DistributedOptimizerTest, MomentumMovesIntoErrorFeedbackCodecs) {
                           torch::optim::SGDOptions(0.1).momentum(0.9).nesterov(true)),
         net, {.compressor = "2bit"});
     EXPECT_EQ(opt.codec_spec(), "2bit:alpha=1,ef=1,threshold=auto");  // Nesterov: untouched
+  }
+}
+
+TEST(DistributedOptimizerTest, AutoReportsItsDecisionsAndLeavesMomentumAlone) {
+  const Problem problem;
+  auto net = problem.fresh_net();
+  DistributedOptimizer opt(
+      solo_context(),
+      torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)), *net,
+      {.compressor = "auto:trial=1"});
+  EXPECT_EQ(opt.codec_spec(),
+            "auto:eta=0.5,penalty=0.2,plans=none/fp16/powersgd,rank=2,reprobe=2000,trial=1,"
+            "window=50");
+  EXPECT_DOUBLE_EQ(sgd_momentum(opt), 0.9);  // no plan needs momentum correction
+  train(
+      problem, *net, [&] { opt.zero_grad(); }, [&] { opt.step(); }, 0, 1, 8, 4);
+  // Steps 0-1 measure none, 2-3 fp16 (PowerSGD waits for a normal regime): one decision.
+  const auto decisions = opt.take_codec_decisions();
+  ASSERT_EQ(decisions.size(), 1u);
+  EXPECT_EQ(decisions[0].step, 4u);
+  EXPECT_TRUE(decisions[0].plan == "none" || decisions[0].plan == "fp16") << decisions[0].plan;
+  EXPECT_NE(decisions[0].reason.find("start of training"), std::string::npos);
+  EXPECT_NE(decisions[0].inputs_json.find("\"step_ms\""), std::string::npos);
+  EXPECT_TRUE(opt.take_codec_decisions().empty());  // taken once
+}
+
+TEST(DistributedOptimizerTest, AdaptiveCodecsNeedTheAllreduceStrategy) {
+  SmallNet net;
+  try {
+    DistributedOptimizer opt(solo_context(), torch::optim::SGD(net.parameters(), 0.1), net,
+                             {.strategy = "ps", .compressor = "auto"});
+    FAIL() << "accepted auto with a parameter server";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("fixed codec"), std::string::npos) << e.what();
   }
 }
 

@@ -7,11 +7,11 @@
 #include <nlohmann/json.hpp>
 #include <sstream>
 
-#include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
 #include "gradwire/strategy/ps/job.h"
 #include "gradwire/strategy/ps/updater.h"
+#include "gradwire/strategy/registry.h"
 
 namespace gradwire::cli::e2e {
 namespace {
@@ -55,8 +55,8 @@ std::string csv_field(const std::string& text) {
 }  // namespace
 
 std::vector<std::string> default_configs() {
-  return {"ddp:allreduce", "ddp:fp16", "ddp:bf16", "ddp:powersgd", "none", "fp16",       "hylo",
-          "laplace-topk",  "dgc",      "powersgd", "spectral",     "2bit", "ps:ddc-asgd"};
+  return {"ddp:allreduce", "ddp:fp16", "ddp:bf16", "ddp:powersgd", "none", "fp16",        "hylo",
+          "laplace-topk",  "dgc",      "powersgd", "spectral",     "2bit", "ps:ddc-asgd", "auto"};
 }
 
 std::map<std::string, double> parse_targets(const std::string& text,
@@ -109,7 +109,7 @@ Config parse_config(const std::string& text) {
   }
   if (text.empty()) throw ConfigError("an empty configuration in --configs");
   try {
-    compress::CodecPolicy::parse(text);
+    strategy::canonical_codec(text);  // a layer policy or an adaptive codec (auto)
   } catch (const ConfigError& e) {
     throw ConfigError("configuration '" + text + "': " + e.what());
   }

@@ -1,21 +1,34 @@
 #include "gradwire/strategy/registry.h"
 
+#include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
+#include "gradwire/strategy/adaptive/adaptive_strategy.h"
 #include "gradwire/strategy/allreduce/allreduce_strategy.h"
 
 namespace gradwire::strategy {
 
 std::vector<std::string> strategy_names() { return {"allreduce", "ps"}; }
 
+bool is_adaptive_codec(const std::string& codec) { return AdaptiveOptions::matches(codec); }
+
+std::string canonical_codec(const std::string& codec) {
+  return is_adaptive_codec(codec) ? AdaptiveOptions::parse(codec).canonical
+                                  : compress::CodecPolicy::parse(codec).canonical();
+}
+
 std::unique_ptr<Strategy> create_strategy(comm::Collectives& collectives,
                                           const StrategyOptions& options) {
   if (options.name == "allreduce") {
-    return std::make_unique<AllreduceStrategy>(
-        collectives, AllreduceOptions{.codec = options.codec,
-                                      .bucket_bytes = options.bucket_bytes,
-                                      .first_bucket_bytes = options.first_bucket_bytes,
-                                      .overlap = options.overlap});
+    const AllreduceOptions allreduce{.codec = options.codec,
+                                     .bucket_bytes = options.bucket_bytes,
+                                     .first_bucket_bytes = options.first_bucket_bytes,
+                                     .overlap = options.overlap};
+    if (AdaptiveOptions::matches(options.codec)) {
+      return std::make_unique<AdaptiveStrategy>(collectives, AdaptiveOptions::parse(options.codec),
+                                                allreduce);
+    }
+    return std::make_unique<AllreduceStrategy>(collectives, allreduce);
   }
   if (options.name == "ps") {
     throw ConfigError(

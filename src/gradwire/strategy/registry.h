@@ -12,7 +12,7 @@ namespace gradwire::strategy {
 
 struct StrategyOptions {
   std::string name = "allreduce";
-  std::string codec = "none";
+  std::string codec = "none";  // a layer policy, or an adaptive codec (auto, accordion)
   size_t bucket_bytes = 25u << 20;
   size_t first_bucket_bytes = 1u << 20;
   bool overlap = true;
@@ -23,5 +23,12 @@ std::unique_ptr<Strategy> create_strategy(comm::Collectives& collectives,
                                           const StrategyOptions& options);
 
 std::vector<std::string> strategy_names();
+
+// True for the adaptive codecs (auto, accordion: strategy/adaptive/adaptive_strategy.h),
+// which only the allreduce strategy runs.
+bool is_adaptive_codec(const std::string& codec);
+// A codec's canonical spelling, a layer policy's or an adaptive codec's; throws ConfigError
+// for a malformed one.
+std::string canonical_codec(const std::string& codec);
 
 }  // namespace gradwire::strategy

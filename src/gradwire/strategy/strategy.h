@@ -47,6 +47,15 @@ struct JobProgress {
   bool done = false;  // the job's sample budget is spent
 };
 
+// A codec choice a strategy made by itself (the adaptive codecs: auto, accordion), for the
+// log, the metrics file and the timeline.
+struct CodecDecision {
+  uint64_t step = 0;        // the first step that uses it (steps counted from 0)
+  std::string plan;         // "fp16"
+  std::string reason;       // one line: why, with the measurements it rests on
+  std::string inputs_json;  // the same as a JSON object
+};
+
 struct JobSummary {
   JobProgress progress;
   uint64_t version = 0;  // updates the servers applied (server 0's count)
@@ -90,9 +99,13 @@ class Strategy {
 
   virtual TrafficStats traffic() const = 0;
 
-  // Strategies that apply the update themselves (applies_update()) follow the optimizer's
-  // learning rate: DistributedOptimizer passes it before every synchronize().
+  // The optimizer's learning rate, passed by DistributedOptimizer before every
+  // synchronize(): strategies that apply the update themselves (applies_update()) follow
+  // it, adaptive codecs take a change as the start of a critical regime.
   virtual void set_learning_rate(double lr) {}
+
+  // The codec decisions made since the last call (adaptive codecs; others make none).
+  virtual std::vector<CodecDecision> take_decisions() { return {}; }
 
   // Parameter-server jobs only (the defaults do nothing): samples and their summed loss
   // of the step about to be synchronized, counted job-wide by the servers;

@@ -356,7 +356,14 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
   for (const auto& [name, b] : buffers) impl_->buffers.push_back(b);
 
   std::string codec = options.compressor;
-  if (options.momentum_correction) {
+  const bool adaptive = strategy::is_adaptive_codec(codec);
+  if (adaptive && options.strategy != "allreduce") {
+    throw ConfigError("codec '" + codec + "' chooses among allreduce plans; strategy '" +
+                      options.strategy + "' needs a fixed codec");
+  }
+  // The adaptive codecs' plans (none, fp16, bf16, int8, powersgd) need no momentum
+  // correction: none of them feeds error feedback through an allgather.
+  if (options.momentum_correction && !adaptive) {
     auto correction = apply_momentum_correction(*impl_->optimizer, codec, tensors);
     codec = std::move(correction.codec);
     for (const auto& p : impl_->params) {
@@ -365,7 +372,7 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
     }
   }
   impl_->weight_decay.resize(impl_->params.size(), 0.0);
-  impl_->codec_spec = compress::CodecPolicy::parse(codec).canonical();
+  impl_->codec_spec = strategy::canonical_codec(codec);
 
   if (options.strategy == "ps") {
     impl_->strategy = make_ps_strategy(*impl_->context, *impl_->optimizer, codec, options.ps);
@@ -410,11 +417,9 @@ void DistributedOptimizer::zero_grad() { impl_->optimizer->zero_grad(); }
 
 void DistributedOptimizer::synchronize() {
   torch::NoGradGuard no_grad;
-  if (impl_->strategy->applies_update()) {
-    const auto& groups = impl_->optimizer->param_groups();
-    if (!groups.empty() && groups[0].options().get_lr() > 0) {
-      impl_->strategy->set_learning_rate(groups[0].options().get_lr());
-    }
+  const auto& groups = impl_->optimizer->param_groups();
+  if (!groups.empty() && groups[0].options().get_lr() > 0) {
+    impl_->strategy->set_learning_rate(groups[0].options().get_lr());
   }
   strategy::FloatSpans grads;
   grads.reserve(impl_->params.size());
@@ -457,6 +462,14 @@ torch::Tensor DistributedOptimizer::step() {
 torch::optim::Optimizer& DistributedOptimizer::optimizer() { return *impl_->optimizer; }
 
 const std::string& DistributedOptimizer::codec_spec() const { return impl_->codec_spec; }
+
+std::vector<CodecDecision> DistributedOptimizer::take_codec_decisions() {
+  std::vector<CodecDecision> out;
+  for (auto& d : impl_->strategy->take_decisions()) {
+    out.push_back({d.step, std::move(d.plan), std::move(d.reason), std::move(d.inputs_json)});
+  }
+  return out;
+}
 
 TrafficCounters DistributedOptimizer::traffic() const {
   const auto t = impl_->strategy->traffic();

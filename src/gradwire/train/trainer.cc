@@ -122,6 +122,21 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
         TimelineSpan span("step", "step");
         optimizer.step();
       }
+      for (const auto& decision : optimizer.take_codec_decisions()) {
+        if (!context.is_root()) continue;
+        nlohmann::json line = nlohmann::json::parse(decision.inputs_json);
+        line["event"] = "codec";
+        line["epoch"] = epoch;
+        line["train_s"] = clock.seconds();
+        metrics.write(line);
+        if (progress != ProgressStyle::kNone) {
+          std::printf("%sstep %llu: codec %s (%s)\n",
+                      progress == ProgressStyle::kTerminal ? "\n" : "",
+                      static_cast<unsigned long long>(decision.step), decision.plan.c_str(),
+                      decision.reason.c_str());
+          std::fflush(stdout);
+        }
+      }
       ++global_step;
       loss_sum += loss.item<double>() * static_cast<double>(end - begin);
       samples += end - begin;

@@ -43,8 +43,10 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
                 std::to_string(params.size()) + " parameters");
   }
   const auto policy = compress::CodecPolicy::parse(options_.codec);
-  check_same_configuration(collectives_, configuration_lines(name(), policy, tensors));
-  broadcast_from_rank0(collectives_, params);
+  if (options_.agree_at_start) {
+    check_same_configuration(collectives_, configuration_lines(name(), policy, tensors));
+    broadcast_from_rank0(collectives_, params);
+  }
 
   tensors_.assign(tensors.begin(), tensors.end());
   for (const auto& t : tensors_) codecs_.push_back(policy.create(t));

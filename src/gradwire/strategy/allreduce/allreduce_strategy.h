@@ -39,6 +39,9 @@ struct AllreduceOptions {
   size_t bucket_bytes = 25u << 20;  // DDP's default bucket_cap_mb = 25
   size_t first_bucket_bytes = 1u << 20;  // DDP's first bucket (capped by bucket_bytes)
   bool overlap = true;                   // exchange buckets during backward
+  // start() checks the ranks' configuration and broadcasts rank 0's parameters; an
+  // adaptive strategy that did both for all its plans turns it off.
+  bool agree_at_start = true;
 };
 
 class AllreduceStrategy : public Strategy {

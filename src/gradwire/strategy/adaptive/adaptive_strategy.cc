@@ -1,0 +1,342 @@
+#include "gradwire/strategy/adaptive/adaptive_strategy.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+
+#include "gradwire/compress/policy.h"
+#include "gradwire/core/error.h"
+#include "gradwire/core/spec.h"
+#include "gradwire/core/timeline.h"
+#include "gradwire/strategy/agreement.h"
+
+namespace gradwire::strategy {
+namespace {
+
+std::vector<std::string> split_plans(const std::string& text) {
+  std::vector<std::string> out;
+  size_t start = 0;
+  while (start <= text.size()) {
+    const auto slash = text.find('/', start);
+    out.push_back(
+        text.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
+    if (slash == std::string::npos) break;
+    start = slash + 1;
+  }
+  return out;
+}
+
+// "%.1f": times in ms, changes in percent.
+std::string format_tenths(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f", value);
+  return text;
+}
+
+// "%g": parameters in the canonical spec, so that 0.50 and 0.5 read the same.
+std::string format_parameter(double value) {
+  char text[32];
+  std::snprintf(text, sizeof text, "%g", value);
+  return text;
+}
+
+double median(std::vector<double> values) {
+  if (values.empty()) return 0;
+  std::sort(values.begin(), values.end());
+  const size_t n = values.size();
+  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
+}
+
+double squared_norm(std::span<const float> values) {
+  double total = 0;
+  for (float v : values) total += static_cast<double>(v) * v;
+  return total;
+}
+
+}  // namespace
+
+bool AdaptiveOptions::matches(const std::string& text) {
+  const std::string name = text.substr(0, text.find(':'));
+  return name == "auto" || name == "accordion";
+}
+
+AdaptiveOptions AdaptiveOptions::parse(const std::string& text) {
+  const Spec spec = Spec::parse(text);
+  SpecReader reader(spec, "codec");
+  AdaptiveOptions o;
+  o.rank = static_cast<int>(reader.get_int_in("rank", o.rank, 1, 1024));
+  o.window = static_cast<size_t>(reader.get_int_in("window", 50, 1, 1'000'000));
+  o.eta = reader.get_double_in("eta", o.eta, 1e-6, 1e6);
+  Spec canonical{spec.name, {}};
+  canonical.params["rank"] = std::to_string(o.rank);
+  canonical.params["window"] = std::to_string(o.window);
+  canonical.params["eta"] = format_parameter(o.eta);
+  if (spec.name == "auto") {
+    o.mode = Mode::kAuto;
+    const std::string plans = reader.get_string("plans", "none/fp16/powersgd");
+    for (const auto& name : split_plans(plans)) {
+      for (const auto& plan : o.plans) {
+        if (plan.name == name) throw ConfigError("codec auto: plan '" + name + "' listed twice");
+      }
+      o.plans.push_back(make_codec_plan(name, o.rank));
+    }
+    o.penalty = reader.get_double_in("penalty", o.penalty, 0, 100);
+    o.trial = static_cast<size_t>(reader.get_int_in("trial", 5, 1, 10'000));
+    o.reprobe = static_cast<size_t>(reader.get_int_in("reprobe", 2000, 0, 1'000'000'000));
+    canonical.params["plans"] = plans;
+    canonical.params["penalty"] = format_parameter(o.penalty);
+    canonical.params["trial"] = std::to_string(o.trial);
+    canonical.params["reprobe"] = std::to_string(o.reprobe);
+  } else if (spec.name == "accordion") {
+    o.mode = Mode::kAccordion;
+    const std::string critical = reader.get_string("critical", "fp16");
+    const std::string normal = reader.get_string("normal", "powersgd");
+    o.plans = {make_codec_plan(critical, o.rank), make_codec_plan(normal, o.rank)};
+    canonical.params["critical"] = critical;
+    canonical.params["normal"] = normal;
+  } else {
+    throw ConfigError("'" + spec.name + "' is not an adaptive codec (auto, accordion)");
+  }
+  reader.finish();
+  o.canonical = canonical.to_string();
+  return o;
+}
+
+AdaptiveStrategy::AdaptiveStrategy(comm::Collectives& collectives, AdaptiveOptions options,
+                                   AllreduceOptions base)
+    : collectives_(collectives),
+      options_(std::move(options)),
+      base_(std::move(base)),
+      detector_(options_.window, options_.eta) {
+  if (options_.plans.empty()) throw ConfigError("an adaptive codec needs at least one plan");
+}
+
+AdaptiveStrategy::~AdaptiveStrategy() = default;
+
+void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
+                             const FloatSpans& params) {
+  if (!plans_.empty()) throw Error("AdaptiveStrategy::start called twice");
+  // One configuration check and one broadcast for all plans: every plan's policy per tensor
+  // must match, and every plan starts from rank 0's parameters.
+  std::vector<std::string> lines{"codec " + options_.canonical};
+  for (const auto& plan : options_.plans) {
+    const auto plan_lines =
+        configuration_lines(name(), compress::CodecPolicy::parse(plan.policy), tensors);
+    for (const auto& line : plan_lines) lines.push_back("plan " + plan.name + ": " + line);
+  }
+  check_same_configuration(collectives_, lines);
+  broadcast_from_rank0(collectives_, params);
+  for (const auto& plan : options_.plans) {
+    AllreduceOptions o = base_;
+    o.codec = plan.policy;
+    o.agree_at_start = false;
+    plans_.push_back(std::make_unique<AllreduceStrategy>(collectives_, o));
+    plans_.back()->start(tensors, params);
+  }
+  grad_sq_.assign(tensors.size(), 0);
+  grad_seen_.assign(tensors.size(), 0);
+  measured_ms_.assign(options_.plans.size(), 0);
+  trial_ms_.assign(options_.plans.size(), 0);
+  if (options_.mode == AdaptiveOptions::Mode::kAuto) {
+    std::vector<size_t> all(options_.plans.size());
+    for (size_t p = 0; p < all.size(); ++p) all[p] = p;
+    begin_trial(all, "start of training");
+  } else {
+    decide(0, "start of training");
+  }
+}
+
+void AdaptiveStrategy::gradient_ready(size_t index, std::span<float> grad) {
+  if (plans_.empty() || index >= grad_sq_.size()) return;
+  // Before the plan may exchange it in place (each index is reported once per step).
+  grad_sq_[index] = squared_norm(grad);
+  grad_seen_[index] = 1;
+  plans_[active_]->gradient_ready(index, grad);
+}
+
+void AdaptiveStrategy::set_learning_rate(double lr) {
+  if (last_lr_ && lr != *last_lr_) lr_changed_ = true;
+  last_lr_ = lr;
+}
+
+TrafficStats AdaptiveStrategy::traffic() const {
+  TrafficStats total;
+  for (const auto& plan : plans_) {
+    const TrafficStats t = plan->traffic();
+    total.steps += t.steps;
+    total.bytes_contributed += t.bytes_contributed;
+    total.bytes_on_wire += t.bytes_on_wire;
+    total.bytes_dense += t.bytes_dense;
+    total.bytes_dense_on_wire += t.bytes_dense_on_wire;
+  }
+  return total;
+}
+
+std::vector<CodecDecision> AdaptiveStrategy::take_decisions() {
+  std::vector<CodecDecision> out;
+  out.swap(decisions_);
+  return out;
+}
+
+void AdaptiveStrategy::synchronize(const FloatSpans& grads) {
+  if (plans_.empty()) throw Error("AdaptiveStrategy::synchronize called before start");
+  if (grads.size() == grad_sq_.size()) {
+    for (size_t k = 0; k < grads.size(); ++k) {
+      if (!grad_seen_[k]) grad_sq_[k] = squared_norm(grads[k]);
+      grad_seen_[k] = 0;
+    }
+  }  // else the plan's synchronize() throws, naming the mismatch
+  double local_sq = 0;
+  for (double sq : grad_sq_) local_sq += sq;
+  plans_[active_]->synchronize(grads);
+  const auto now = Clock::now();
+  const double step_ms =
+      last_end_ ? std::chrono::duration<double, std::milli>(now - *last_end_).count() : 0.0;
+  last_end_ = now;
+  ++step_;
+  bool lr_restart = false;
+  const bool window_ended = update_regime(std::sqrt(local_sq), lr_restart);
+  if (options_.mode == AdaptiveOptions::Mode::kAuto) {
+    step_auto(step_ms, window_ended, lr_restart);
+  } else {
+    step_accordion(window_ended);
+  }
+}
+
+bool AdaptiveStrategy::update_regime(double local_norm, bool& lr_restart) {
+  if (!detector_.observe(local_norm)) return false;
+  float flags[2] = {detector_.critical() ? 1.0f : 0.0f, lr_changed_ ? 1.0f : 0.0f};
+  collectives_.allreduce_max(flags, 2);
+  lr_changed_ = false;
+  lr_restart = flags[1] > 0;
+  if (lr_restart) detector_.restart();
+  critical_ = flags[0] > 0 || lr_restart;
+  return true;
+}
+
+void AdaptiveStrategy::step_accordion(bool window_ended) {
+  if (!window_ended) return;
+  const size_t wanted = critical_ ? 0 : 1;
+  if (wanted != active_) decide(wanted, critical_ ? "critical regime" : "normal regime");
+}
+
+void AdaptiveStrategy::step_auto(double step_ms, bool window_ended, bool lr_restart) {
+  if (!trial_queue_.empty()) {
+    // Measuring: the plan's first step of the trial warms it up (allocations, PowerSGD's
+    // first factors) and is not counted.
+    if (trial_steps_++ > 0 && step_ms > 0) samples_.push_back(step_ms);
+    if (lr_restart) {
+      std::vector<size_t> all(options_.plans.size());
+      for (size_t p = 0; p < all.size(); ++p) all[p] = p;
+      begin_trial(all, "learning-rate change");
+    } else if (trial_steps_ > options_.trial || !allowed(trial_queue_[trial_pos_])) {
+      next_trial_plan();
+    }
+    return;
+  }
+  std::vector<size_t> all(options_.plans.size());
+  for (size_t p = 0; p < all.size(); ++p) all[p] = p;
+  if (lr_restart) {
+    begin_trial(all, "learning-rate change");
+  } else if (options_.reprobe > 0 && step_ >= next_reprobe_) {
+    begin_trial(all, "scheduled measurement");
+  } else if (window_ended) {
+    std::vector<size_t> unmeasured;
+    for (size_t p = 0; p < all.size(); ++p) {
+      if (allowed(p) && measured_ms_[p] == 0) unmeasured.push_back(p);
+    }
+    if (!unmeasured.empty()) {
+      begin_trial(unmeasured, critical_ ? "critical regime" : "normal regime");
+      return;
+    }
+    const size_t best = choose_plan(options_.plans, measured_ms_, critical_, options_.penalty);
+    if (best < options_.plans.size() && best != active_) {
+      decide(best, critical_ ? "critical regime" : "normal regime");
+    }
+  }
+}
+
+void AdaptiveStrategy::begin_trial(std::vector<size_t> queue, std::string why) {
+  trial_queue_ = std::move(queue);
+  trial_why_ = std::move(why);
+  std::fill(trial_ms_.begin(), trial_ms_.end(), 0.0);
+  trial_pos_ = static_cast<size_t>(-1);
+  next_trial_plan();
+}
+
+void AdaptiveStrategy::next_trial_plan() {
+  if (trial_pos_ < trial_queue_.size() && trial_steps_ > options_.trial) {
+    trial_ms_[trial_queue_[trial_pos_]] = median(samples_);
+  }
+  do {
+    ++trial_pos_;
+  } while (trial_pos_ < trial_queue_.size() && !allowed(trial_queue_[trial_pos_]));
+  trial_steps_ = 0;
+  samples_.clear();
+  if (trial_pos_ >= trial_queue_.size()) {
+    finish_trial();
+    return;
+  }
+  active_ = trial_queue_[trial_pos_];
+  if (Timeline::global().enabled()) {
+    const auto now = Timeline::Clock::now();
+    Timeline::global().record("codec trial", "auto", now, now,
+                              "{\"plan\":\"" + options_.plans[active_].name + "\"}");
+  }
+}
+
+void AdaptiveStrategy::finish_trial() {
+  // Every rank ran the same plans for the same steps; the slowest rank's median is the
+  // step time of the job.
+  std::vector<float> agreed(trial_ms_.begin(), trial_ms_.end());
+  collectives_.allreduce_max(agreed.data(), agreed.size());
+  for (size_t p = 0; p < agreed.size(); ++p) {
+    if (agreed[p] > 0) measured_ms_[p] = agreed[p];
+  }
+  trial_queue_.clear();
+  next_reprobe_ = step_ + options_.reprobe;
+  size_t best = choose_plan(options_.plans, measured_ms_, critical_, options_.penalty);
+  if (best >= options_.plans.size()) best = active_;  // nothing measured is allowed: stay
+  decide(best, trial_why_);
+}
+
+void AdaptiveStrategy::decide(size_t plan, const std::string& why) {
+  active_ = plan;
+  CodecDecision d;
+  d.step = step_;
+  d.plan = options_.plans[plan].name;
+  const auto change = detector_.last_change();
+  const std::string regime = critical_ ? "critical regime" : "normal regime";
+  std::string reason = why == regime ? why : why + "; " + regime;
+  std::string json = "{\"step\":" + std::to_string(step_) + ",\"plan\":\"" + d.plan +
+                     "\",\"why\":\"" + why + "\",\"critical\":" + (critical_ ? "true" : "false");
+  if (change) {
+    const bool finite = std::isfinite(*change);
+    reason += " (gradient norm changed " +
+              (finite ? format_tenths(100 * *change) + "%" : "from 0") +
+              " between the last two windows, eta " + format_tenths(100 * options_.eta) + "%)";
+    json += ",\"norm_change\":" + (finite ? format_parameter(*change) : std::string("null"));
+  }
+  if (options_.mode == AdaptiveOptions::Mode::kAuto) {
+    reason += "; ms/step measured:";
+    json += ",\"penalty\":" + format_parameter(options_.penalty) + ",\"step_ms\":{";
+    bool first = true;
+    for (size_t p = 0; p < options_.plans.size(); ++p) {
+      const std::string ms = measured_ms_[p] > 0 ? format_tenths(measured_ms_[p]) : "null";
+      reason += " " + options_.plans[p].name + " " + (measured_ms_[p] > 0 ? ms : "-");
+      json += std::string(first ? "" : ",") + "\"" + options_.plans[p].name + "\":" + ms;
+      first = false;
+    }
+    json += "}";
+  }
+  json += "}";
+  d.reason = std::move(reason);
+  d.inputs_json = std::move(json);
+  if (Timeline::global().enabled()) {
+    const auto now = Timeline::Clock::now();
+    Timeline::global().record("codec decision", "auto", now, now, d.inputs_json);
+  }
+  decisions_.push_back(std::move(d));
+}
+
+}  // namespace gradwire::strategy

@@ -1,0 +1,123 @@
+// Adaptive codecs for the allreduce strategy: the codec changes over training, the same on
+// every rank at the same step (ALGORITHMS.md 9).
+//
+//   auto[:plans=none/fp16/powersgd,rank=2,penalty=0.2,trial=5,window=50,eta=0.5,reprobe=2000]
+//     Measures, then picks. Each candidate plan (codec_plan.h) runs `trial` steps after one
+//     of warm-up; a step's time is the wall time between two synchronize() returns
+//     (forward, backward, the exchange not hidden by backward, the optimizer step: what
+//     the user waits for). The ranks agree on each plan's median (the slowest rank's, by an
+//     allreduce-max) and choose_plan() picks. Plans that compress are charged `penalty`
+//     for the steps they may cost and are not used in a critical regime (Accordion's
+//     RegimeDetector over the gradient norm). It measures again every
+//     `reprobe` steps (0: never), after a learning-rate change, and when the regime lets
+//     in plans it has not measured.
+//   accordion[:critical=fp16,normal=powersgd,rank=2,window=50,eta=0.5]
+//     Accordion itself: plan `critical` in critical regimes, `normal` elsewhere.
+//
+// Every plan is an AllreduceStrategy started on the same tensors (so the model's memory for
+// wire buffers and error feedback is paid once per plan); exactly one is active per step,
+// and switches happen between synchronize() and the next backward. A plan left keeps its
+// state (PowerSGD's warm-started Q and its error feedback) for when it is used again.
+// Agreement: each rank feeds its detector the norm of its own gradient before the exchange
+// (so the codec in use does not change the signal), and at the end of every window the
+// ranks agree by an allreduce-max of two floats: critical on one rank is critical on all,
+// and so is a learning-rate change seen by any. Timings are agreed by an allreduce-max when
+// a trial ends. All other decisions follow from agreed values and the step count alone.
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gradwire/comm/collectives.h"
+#include "gradwire/strategy/adaptive/codec_plan.h"
+#include "gradwire/strategy/adaptive/regime_detector.h"
+#include "gradwire/strategy/allreduce/allreduce_strategy.h"
+#include "gradwire/strategy/strategy.h"
+
+namespace gradwire::strategy {
+
+struct AdaptiveOptions {
+  enum class Mode { kAuto, kAccordion };
+  Mode mode = Mode::kAuto;
+  // auto: the candidates, most faithful first; accordion: {critical plan, normal plan}.
+  std::vector<CodecPlan> plans;
+  int rank = 2;           // PowerSGD's rank in the powersgd plan
+  double penalty = 0.2;   // auto: score factor of plans that compress
+  size_t trial = 5;       // auto: measured steps per plan (after one warm-up step)
+  size_t window = 50;     // steps per regime window
+  double eta = 0.5;       // relative change of the gradient norm that makes a regime critical
+  size_t reprobe = 2000;  // auto: steps between measurements (0: only when a regime asks)
+  std::string canonical;  // every key spelled out, e.g. "auto:eta=0.5,penalty=0.2,..."
+
+  // True for specs named auto or accordion.
+  static bool matches(const std::string& text);
+  // Throws ConfigError for unknown keys or plans, and out-of-range values.
+  static AdaptiveOptions parse(const std::string& text);
+};
+
+class AdaptiveStrategy : public Strategy {
+ public:
+  // `base` gives bucket sizes and overlap; its codec is ignored (the plans have theirs).
+  AdaptiveStrategy(comm::Collectives& collectives, AdaptiveOptions options, AllreduceOptions base);
+  ~AdaptiveStrategy() override;
+
+  std::string name() const override { return "allreduce"; }
+  void start(std::span<const compress::TensorInfo> tensors, const FloatSpans& params) override;
+  void gradient_ready(size_t index, std::span<float> grad) override;
+  bool overlaps() const override { return base_.overlap; }
+  void synchronize(const FloatSpans& grads) override;
+  TrafficStats traffic() const override;
+  void set_learning_rate(double lr) override;
+  std::vector<CodecDecision> take_decisions() override;
+
+  // The plan the next step uses (for tests and diagnostics).
+  const CodecPlan& active_plan() const { return options_.plans[active_]; }
+  bool critical() const { return critical_; }
+
+ private:
+  using Clock = std::chrono::steady_clock;
+  bool allowed(size_t plan) const { return !(critical_ && options_.plans[plan].compresses); }
+  // Updates the regime from this step's local gradient norm; true when it was re-agreed
+  // (a window ended). Sets `lr_restart` when a learning-rate change was agreed.
+  bool update_regime(double local_norm, bool& lr_restart);
+  void step_auto(double step_ms, bool window_ended, bool lr_restart);
+  void step_accordion(bool window_ended);
+  // Starts measuring `queue` (plans not allowed now are skipped); `why` goes to the log.
+  void begin_trial(std::vector<size_t> queue, std::string why);
+  void next_trial_plan();  // the trial's next allowed plan, or finish_trial()
+  void finish_trial();
+  // Makes `plan` active from the next step and records why.
+  void decide(size_t plan, const std::string& why);
+
+  comm::Collectives& collectives_;
+  AdaptiveOptions options_;
+  AllreduceOptions base_;
+  std::vector<std::unique_ptr<AllreduceStrategy>> plans_;
+  size_t active_ = 0;
+  uint64_t step_ = 0;  // steps synchronized
+  std::optional<Clock::time_point> last_end_;
+
+  RegimeDetector detector_;         // fed this rank's gradient norm, before the exchange
+  std::vector<double> grad_sq_;     // per tensor: its squared norm this step
+  std::vector<uint8_t> grad_seen_;  // per tensor: reported by gradient_ready this step
+  bool critical_ = true;            // agreed
+  std::optional<double> last_lr_;
+  bool lr_changed_ = false;  // seen locally, not yet agreed
+
+  // auto
+  std::vector<double> measured_ms_;  // agreed median ms/step per plan; 0: not measured
+  std::vector<size_t> trial_queue_;  // plans of the trial in progress (empty: none)
+  size_t trial_pos_ = 0;
+  size_t trial_steps_ = 0;        // steps the current trial plan has run
+  std::vector<double> samples_;   // its measured step times, ms
+  std::vector<double> trial_ms_;  // this trial's local medians per plan (0: none)
+  std::string trial_why_;
+  uint64_t next_reprobe_ = 0;
+
+  std::vector<CodecDecision> decisions_;
+};
+
+}  // namespace gradwire::strategy

@@ -1,0 +1,35 @@
+#include "gradwire/strategy/adaptive/codec_plan.h"
+
+#include "gradwire/core/error.h"
+#include "gradwire/core/spec.h"
+
+namespace gradwire::strategy {
+
+std::vector<std::string> codec_plan_names() { return {"none", "fp16", "bf16", "int8", "powersgd"}; }
+
+CodecPlan make_codec_plan(const std::string& name, int powersgd_rank) {
+  if (name == "none" || name == "fp16" || name == "bf16") return {name, name, false};
+  if (name == "int8") return {name, name, true};
+  if (name == "powersgd") {
+    const std::string spec = "powersgd:rank=" + std::to_string(powersgd_rank);
+    return {name, "conv=" + spec + ",fc=" + spec + ",other=fp16", true};
+  }
+  throw ConfigError("unknown codec plan '" + name + "'; the plans are " + join(codec_plan_names()));
+}
+
+size_t choose_plan(std::span<const CodecPlan> plans, std::span<const double> step_ms, bool critical,
+                   double penalty, double tie) {
+  size_t best = plans.size();
+  double best_score = 0;
+  for (size_t p = 0; p < plans.size() && p < step_ms.size(); ++p) {
+    if (!(step_ms[p] > 0) || (critical && plans[p].compresses)) continue;
+    const double score = step_ms[p] * (plans[p].compresses ? 1 + penalty : 1.0);
+    if (best == plans.size() || score < best_score * (1 - tie)) {
+      best = p;
+      best_score = score;
+    }
+  }
+  return best;
+}
+
+}  // namespace gradwire::strategy

@@ -1,0 +1,40 @@
+// The codec plans an adaptive strategy switches between, and how `auto` picks one.
+//
+// A plan is a whole-model layer policy (compress/policy.h) run by its own
+// AllreduceStrategy: `none` (fp32), `fp16`, `bf16`, `int8`, and `powersgd` (PowerSGD of
+// rank r on convolution and fully-connected weights, fp16 for everything else, as DDP's
+// PowerSGD hook leaves small tensors to a plain allreduce). Tensors of the same wire type
+// share buckets, so a plan is also a choice per bucket.
+#pragma once
+
+#include <span>
+#include <string>
+#include <vector>
+
+namespace gradwire::strategy {
+
+struct CodecPlan {
+  std::string name;    // "fp16"
+  std::string policy;  // its layer policy: "fp16", "conv=powersgd:rank=4,fc=...,other=fp16"
+  // True for plans that change what the optimizer sees beyond rounding (int8, powersgd):
+  // they need fewer bytes but may need more steps, so auto charges them a penalty and
+  // never uses them in a critical regime. none, fp16 and bf16 converge like fp32.
+  bool compresses = false;
+};
+
+// "none", "fp16", "bf16", "int8", "powersgd"; throws ConfigError for anything else.
+CodecPlan make_codec_plan(const std::string& name, int powersgd_rank);
+std::vector<std::string> codec_plan_names();
+
+// Auto's choice: the plan with the smallest score, where
+//     score_p = step_ms_p x (1 + penalty)   for a plan that compresses,
+//     score_p = step_ms_p                   otherwise,
+// over the plans allowed now (measured, step_ms_p > 0, and not compressing when
+// `critical`). A later plan must beat an earlier one's score by more than `tie` (relative)
+// to be chosen, so plans are listed from the most to the least faithful (none before fp16:
+// on a fast link their steps cost the same and fp32 is exact). Returns plans.size() when no
+// plan is allowed.
+size_t choose_plan(std::span<const CodecPlan> plans, std::span<const double> step_ms, bool critical,
+                   double penalty, double tie = 0.02);
+
+}  // namespace gradwire::strategy

@@ -1,0 +1,333 @@
+#include "gradwire/strategy/adaptive/adaptive_strategy.h"
+
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <functional>
+#include <random>
+#include <thread>
+
+#include "gradwire/comm/local_collectives.h"
+#include "gradwire/core/error.h"
+#include "gradwire/strategy/registry.h"
+
+namespace gradwire::strategy {
+namespace {
+
+using namespace std::chrono_literals;
+using compress::LayerKind;
+using compress::TensorInfo;
+
+// --- Accordion's detector on synthetic traces of gradient norms -----------------------
+
+TEST(RegimeDetectorTest, SwitchesWhereTheNormChangesByEtaBetweenWindows) {
+  RegimeDetector d(/*window=*/3, /*eta=*/0.5);
+  std::vector<bool> critical_after;  // critical() after each step
+  const std::vector<double> trace = {
+      10,   10,   10,    // window 0: critical (the start)
+      12,   12,   12,    // window 1: critical (first comparison at its end: +20% -> normal)
+      12,   12,   12,    // window 2: normal
+      30,   30,   30,    // window 3: normal; at its end +150% -> critical
+      31,   31,   31,    // window 4: critical; at its end +3% -> normal
+      15.5, 15.5, 15.5,  // window 5: normal; at its end -50% exactly -> critical (>= eta)
+  };
+  for (double norm : trace) {
+    d.observe(norm);
+    critical_after.push_back(d.critical());
+  }
+  const std::vector<bool> expected = {
+      true,  true,  true, true, true, false, false, false, false,
+      false, false, true, true, true, false, false, false, true,
+  };
+  EXPECT_EQ(critical_after, expected);
+  ASSERT_TRUE(d.last_change().has_value());
+  EXPECT_DOUBLE_EQ(*d.last_change(), 0.5);
+}
+
+TEST(RegimeDetectorTest, ObserveReportsWindowEndsAndRestartStartsOver) {
+  RegimeDetector d(2, 0.5);
+  EXPECT_FALSE(d.observe(1));
+  EXPECT_TRUE(d.observe(1));
+  EXPECT_FALSE(d.observe(1));
+  EXPECT_TRUE(d.observe(1));
+  EXPECT_FALSE(d.critical());
+  d.restart();  // a learning-rate change
+  EXPECT_TRUE(d.critical());
+  EXPECT_FALSE(d.observe(1));
+  EXPECT_TRUE(d.observe(1));
+  EXPECT_TRUE(d.critical());  // one window since the restart: nothing to compare yet
+  d.observe(1);
+  d.observe(1);
+  EXPECT_FALSE(d.critical());
+}
+
+TEST(RegimeDetectorTest, ZeroThenNonZeroIsCriticalAndBadSettingsAreRefused) {
+  RegimeDetector d(1, 0.5);
+  d.observe(0);
+  d.observe(0);
+  EXPECT_FALSE(d.critical());  // no change
+  d.observe(1);
+  EXPECT_TRUE(d.critical());
+  EXPECT_THROW(RegimeDetector(0, 0.5), ConfigError);
+  EXPECT_THROW(RegimeDetector(5, 0), ConfigError);
+}
+
+// --- choosing a plan from measured step times ------------------------------------------
+
+TEST(ChoosePlanTest, ScoresPenaliseCompressingPlansAndTiesGoToTheFaithfulPlan) {
+  const std::vector<CodecPlan> plans = {make_codec_plan("none", 2), make_codec_plan("fp16", 2),
+                                        make_codec_plan("powersgd", 2)};
+  // A fast link: none and fp16 cost the same; PowerSGD's compute makes it no faster.
+  EXPECT_EQ(choose_plan(plans, std::vector<double>{50, 49.5, 48}, false, 0.2), 0u);
+  // fp16 clearly faster than none; PowerSGD faster, but not by the penalty.
+  EXPECT_EQ(choose_plan(plans, std::vector<double>{160, 100, 90}, false, 0.2), 1u);
+  // A slow link: PowerSGD's steps are far cheaper.
+  EXPECT_EQ(choose_plan(plans, std::vector<double>{1600, 1000, 400}, false, 0.2), 2u);
+  // ... but never in a critical regime.
+  EXPECT_EQ(choose_plan(plans, std::vector<double>{1600, 1000, 400}, true, 0.2), 1u);
+  // Unmeasured plans (0) are not chosen; nothing allowed and measured: plans.size().
+  EXPECT_EQ(choose_plan(plans, std::vector<double>{0, 0, 400}, false, 0.2), 2u);
+  EXPECT_EQ(choose_plan(plans, std::vector<double>{0, 0, 400}, true, 0.2), 3u);
+}
+
+TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
+  const auto o = AdaptiveOptions::parse("auto");
+  EXPECT_EQ(o.canonical,
+            "auto:eta=0.5,penalty=0.2,plans=none/fp16/powersgd,rank=2,reprobe=2000,trial=5,"
+            "window=50");
+  ASSERT_EQ(o.plans.size(), 3u);
+  EXPECT_EQ(o.plans[2].policy, "conv=powersgd:rank=2,fc=powersgd:rank=2,other=fp16");
+  EXPECT_EQ(AdaptiveOptions::parse(o.canonical).canonical, o.canonical);
+  EXPECT_EQ(AdaptiveOptions::parse("auto:eta=0.50").canonical, o.canonical);
+  EXPECT_EQ(AdaptiveOptions::parse("accordion:rank=4").canonical,
+            "accordion:critical=fp16,eta=0.5,normal=powersgd,rank=4,window=50");
+  EXPECT_TRUE(AdaptiveOptions::matches("auto:plans=fp16/int8"));
+  EXPECT_FALSE(AdaptiveOptions::matches("fp16"));
+  EXPECT_THROW(AdaptiveOptions::parse("auto:plans=none/zip"), ConfigError);
+  EXPECT_THROW(AdaptiveOptions::parse("auto:plans=fp16/fp16"), ConfigError);
+  EXPECT_THROW(AdaptiveOptions::parse("auto:bogus=1"), ConfigError);
+  EXPECT_THROW(AdaptiveOptions::parse("accordion:trial=3"), ConfigError);  // auto's key
+  EXPECT_THROW(AdaptiveOptions::parse("auto:window=0"), ConfigError);
+  EXPECT_EQ(canonical_codec("auto:trial=3"),
+            "auto:eta=0.5,penalty=0.2,plans=none/fp16/powersgd,rank=2,reprobe=2000,trial=3,"
+            "window=50");
+}
+
+// --- the strategy over in-process ranks --------------------------------------------------
+
+std::vector<TensorInfo> fc_tensors(int64_t rows, int64_t cols) {
+  return {{"fc.weight", {rows, cols}, LayerKind::kFcWeight}, {"fc.bias", {rows}, LayerKind::kBias}};
+}
+
+// Collectives behind a link of `bytes_per_s`: every allreduce and allgather also waits for
+// what its bytes on the wire would take on such a link (a simulated bandwidth).
+class ThrottledCollectives : public comm::Collectives {
+ public:
+  ThrottledCollectives(comm::Collectives& inner, double bytes_per_s)
+      : inner_(inner), bytes_per_s_(bytes_per_s) {}
+  int rank() const override { return inner_.rank(); }
+  int size() const override { return inner_.size(); }
+  std::chrono::milliseconds timeout() const override { return inner_.timeout(); }
+  std::unique_ptr<comm::Work> allreduce_sum_async(void* data, size_t count,
+                                                  comm::DataType type) override {
+    inner_.allreduce_sum(data, count, type);
+    const size_t bytes = count * comm::data_type_size(type);
+    count_allreduce(bytes);
+    wait_for(comm::ring_allreduce_wire_bytes(bytes, size()));
+    return std::make_unique<comm::CompletedWork>();
+  }
+  void allreduce_max(float* data, size_t count) override {
+    inner_.allreduce_max(data, count);
+    wait_for(comm::ring_allreduce_wire_bytes(count * sizeof(float), size()));
+  }
+  using Collectives::allgather_bytes;
+  void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override {
+    inner_.allgather_bytes(data, out);
+    count_allgather(data.size(), data.size());
+    wait_for(comm::ring_allgather_wire_bytes(data.size(), size()));
+  }
+  void broadcast(void* data, size_t bytes, int root) override {
+    inner_.broadcast(data, bytes, root);
+  }
+  void barrier() override { inner_.barrier(); }
+
+ private:
+  void wait_for(uint64_t bytes) {
+    std::this_thread::sleep_for(std::chrono::duration<double>(bytes / bytes_per_s_));
+  }
+  comm::Collectives& inner_;
+  double bytes_per_s_;
+};
+
+struct RankRun {
+  std::vector<std::pair<uint64_t, std::string>> decisions;  // (step, plan)
+  std::vector<std::string> reasons;                         // and why, for failures
+  std::vector<std::string> plan_per_step;                   // the plan each step used
+  std::vector<std::vector<float>> params;
+  std::vector<float> first_aggregate;  // fc.bias after step 0's exchange
+};
+
+struct RunSettings {
+  std::string codec;
+  int steps = 0;
+  int64_t rows = 16, cols = 32;
+  double bytes_per_s = 0;  // 0: no simulated link
+  std::chrono::milliseconds compute{0};
+  std::function<float(int step)> norm_scale = [](int) { return 1.0f; };
+  std::function<double(int rank, int step)> lr = [](int, int) { return 0.1; };
+};
+
+// Every rank: `steps` SGD steps on rank-specific Gaussian gradients scaled by
+// norm_scale(step), with `compute` of sleep standing in for forward and backward.
+std::vector<RankRun> run_ranks(int world, const RunSettings& settings,
+                               std::vector<std::vector<float>>* first_inputs = nullptr) {
+  const auto tensors = fc_tensors(settings.rows, settings.cols);
+  std::vector<RankRun> runs(world);
+  if (first_inputs) first_inputs->assign(world, {});
+  comm::run_local_ranks(world, 20s, [&](comm::Collectives& local) {
+    std::unique_ptr<ThrottledCollectives> throttled;
+    comm::Collectives* c = &local;
+    if (settings.bytes_per_s > 0) {
+      throttled = std::make_unique<ThrottledCollectives>(local, settings.bytes_per_s);
+      c = throttled.get();
+    }
+    const int rank = c->rank();
+    std::vector<std::vector<float>> params, grads;
+    std::mt19937 rng(31 + rank);
+    std::normal_distribution<float> normal;
+    FloatSpans param_spans, grad_spans;
+    for (const auto& t : tensors) {
+      params.emplace_back(t.numel(), 0.5f);
+      grads.emplace_back(t.numel());
+    }
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      param_spans.emplace_back(params[t]);
+      grad_spans.emplace_back(grads[t]);
+    }
+    auto strategy = create_strategy(*c, {.name = "allreduce", .codec = settings.codec});
+    auto* adaptive = dynamic_cast<AdaptiveStrategy*>(strategy.get());
+    ASSERT_NE(adaptive, nullptr);
+    strategy->start(tensors, param_spans);
+    RankRun& run = runs[rank];
+    for (int s = 0; s < settings.steps; ++s) {
+      for (auto& g : grads) {
+        for (float& v : g) v = settings.norm_scale(s) * normal(rng);
+      }
+      if (s == 0 && first_inputs) (*first_inputs)[rank] = grads[1];
+      std::this_thread::sleep_for(settings.compute);
+      run.plan_per_step.push_back(adaptive->active_plan().name);
+      strategy->set_learning_rate(settings.lr(rank, s));
+      strategy->synchronize(grad_spans);
+      if (s == 0) run.first_aggregate = grads[1];
+      for (size_t t = 0; t < tensors.size(); ++t) {
+        for (size_t i = 0; i < params[t].size(); ++i) params[t][i] -= 0.1f * grads[t][i];
+      }
+      for (const auto& d : strategy->take_decisions()) {
+        run.decisions.emplace_back(d.step, d.plan);
+        run.reasons.push_back(d.reason);
+      }
+    }
+    run.params = params;
+  });
+  return runs;
+}
+
+std::vector<std::string> plans_by_step(std::initializer_list<std::pair<int, std::string>> spans,
+                                       int steps) {
+  std::vector<std::string> out;
+  auto it = spans.begin();
+  for (int s = 0; s < steps; ++s) {
+    if (std::next(it) != spans.end() && s >= std::next(it)->first) ++it;
+    out.push_back(it->second);
+  }
+  return out;
+}
+
+TEST(AccordionTest, SwitchesAtTheDocumentedStepsOnEveryRank) {
+  // Windows of 2 steps: w0 = steps 0-1, w1 = 2-3, ... The norm is steady, jumps 4x in
+  // w4 (steps 8-9) and stays there: w0, w1 critical; normal from step 4; critical for
+  // w5 (steps 10-11) after the jump; normal again from step 12.
+  RunSettings settings;
+  settings.codec = "accordion:critical=none,normal=powersgd,window=2,eta=0.5";
+  settings.steps = 14;
+  settings.norm_scale = [](int s) { return s >= 8 ? 4.0f : 1.0f; };
+  std::vector<std::vector<float>> inputs;
+  const auto runs = run_ranks(2, settings, &inputs);
+  const auto expected_plans =
+      plans_by_step({{0, "none"}, {4, "powersgd"}, {10, "none"}, {12, "powersgd"}}, 14);
+  const std::vector<std::pair<uint64_t, std::string>> expected_decisions = {
+      {0, "none"}, {4, "powersgd"}, {10, "none"}, {12, "powersgd"}};
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(runs[r].plan_per_step, expected_plans) << "rank " << r;
+    EXPECT_EQ(runs[r].decisions, expected_decisions) << "rank " << r;
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+  }
+  // Step 0 ran plan none: the exact mean of the ranks' gradients.
+  for (size_t i = 0; i < inputs[0].size(); ++i) {
+    EXPECT_FLOAT_EQ(runs[0].first_aggregate[i], (inputs[0][i] + inputs[1][i]) / 2) << i;
+  }
+}
+
+TEST(AccordionTest, ALearningRateChangeSeenByOneRankIsCriticalOnAll) {
+  // Steady norm: normal from step 4. Rank 1 alone lowers its learning rate at step 5; the
+  // window ending at step 5 agrees on it: critical from step 6, for two windows.
+  RunSettings settings;
+  settings.codec = "accordion:critical=fp16,normal=powersgd,window=2";
+  settings.steps = 12;
+  settings.lr = [](int rank, int s) { return rank == 1 && s >= 5 ? 0.01 : 0.1; };
+  const auto runs = run_ranks(3, settings);
+  const auto expected =
+      plans_by_step({{0, "fp16"}, {4, "powersgd"}, {6, "fp16"}, {10, "powersgd"}}, 12);
+  for (int r = 0; r < 3; ++r) {
+    EXPECT_EQ(runs[r].plan_per_step, expected) << "rank " << r;
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+  }
+}
+
+TEST(AutoTest, ASlowLinkSelectsPowerSgdOnceTrainingIsOutOfItsCriticalStart) {
+  // A 256 x 1024 weight (1 MiB of fp32) over a simulated 10 MB/s link: a step of none waits
+  // about 105 ms for the wire, fp16 half that, PowerSGD (rank 2: 10 KB) about 1 ms.
+  RunSettings settings;
+  settings.codec = "auto:window=4,trial=2";
+  settings.steps = 14;
+  settings.rows = 256;
+  settings.cols = 1024;
+  settings.bytes_per_s = 10e6;
+  settings.compute = 5ms;
+  const auto runs = run_ranks(2, settings);
+  // Steps 0-2 measure none, 3-5 fp16 (PowerSGD is not tried in the critical start); fp16
+  // wins; the window ending at step 7 finds the norm steady (normal), so steps 8-10
+  // measure PowerSGD, which wins.
+  const auto expected = plans_by_step({{0, "none"}, {3, "fp16"}, {6, "fp16"}, {8, "powersgd"}}, 14);
+  const std::vector<std::pair<uint64_t, std::string>> decisions = {{6, "fp16"}, {11, "powersgd"}};
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(runs[r].plan_per_step, expected) << "rank " << r;
+    EXPECT_EQ(runs[r].decisions, decisions) << "rank " << r;
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+  }
+}
+
+TEST(AutoTest, AFastLinkSelectsNoneOrFp16) {
+  // No simulated link: every plan's step is its 40 ms of compute, PowerSGD cannot win by
+  // its penalty (20%; the median of 5 steps keeps a noisy machine's hiccups out).
+  RunSettings settings;
+  settings.codec = "auto:window=4,trial=5";
+  settings.steps = 20;
+  settings.rows = 256;
+  settings.cols = 1024;
+  settings.compute = 40ms;
+  const auto runs = run_ranks(2, settings);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_FALSE(runs[r].decisions.empty());
+    const std::string last = runs[r].decisions.back().second;
+    EXPECT_TRUE(last == "none" || last == "fp16") << last << ": " << runs[r].reasons.back();
+    EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+  }
+  // PowerSGD was measured after none (steps 0-5) and fp16 (6-11), the norm being steady
+  // (normal from step 8), and not chosen.
+  EXPECT_EQ(runs[0].plan_per_step[12], "powersgd");
+}
+
+}  // namespace
+}  // namespace gradwire::strategy
