@@ -53,6 +53,37 @@ INSTANTIATE_TEST_SUITE_P(Codecs, ErrorFeedbackConservation,
                                            "signsgd", "qsgd:levels=15,bucket=128,ef=1",
                                            "qsgd:levels=127,ef=1", "terngrad:ef=1", "bf16:ef=1"));
 
+// Codecs that fold r += g into their first pass (FusedAccumulate) must give what the two
+// steps give apart, bit for bit: the same payloads and the same residual, step after step.
+class FusedAccumulateEquivalence : public ::testing::TestWithParam<const char*> {};
+
+TEST_P(FusedAccumulateEquivalence, SamePayloadsAndResidualAsAccumulateThenEncode) {
+  const size_t n = 20000 + 13;  // a tail outside the vector blocks
+  const std::string spec = GetParam();
+  const std::string join = spec.find(':') == std::string::npos ? ":" : ",";
+  auto fused = create_codec(spec + join + "ef=1", tensor_of(n));
+  auto plain = create_codec(spec + join + "ef=0", tensor_of(n));
+  ASSERT_NE(dynamic_cast<FusedAccumulate*>(const_cast<Codec*>(&as_ef(*fused).inner())), nullptr)
+      << spec << " does not fuse";
+  std::vector<float> r(n, 0.0f);
+  for (int step = 0; step < 6; ++step) {
+    const auto g = random_vector(n, 7 + step, 0.5f);
+    Bytes a, b;
+    fused->encode(g, a);
+    for (size_t i = 0; i < n; ++i) r[i] += g[i];
+    plain->encode_residual(r, b);
+    ASSERT_EQ(a, b) << spec << " step " << step;
+    const auto residual = as_ef(*fused).residual();
+    ASSERT_TRUE(std::equal(residual.begin(), residual.end(), r.begin()))
+        << spec << " step " << step;
+  }
+}
+
+INSTANTIATE_TEST_SUITE_P(Codecs, FusedAccumulateEquivalence,
+                         ::testing::Values("laplace-topk:density=0.01",
+                                           "laplace-topk:density=0.01,center=median",
+                                           "2bit:alpha=1", "signsgd"));
+
 // Momentum correction against a plain reference: u = m u + g; a = u + r; send top-k(a);
 // r = a with the sent entries zeroed; u zeroed at the sent entries (DGC's masking).
 TEST(ErrorFeedback, MomentumCorrectionMatchesDgcReference) {

@@ -51,7 +51,7 @@ int run(std::vector<std::string> args) {
 int run_codec_bench(const BenchArgs& a) {
   std::vector<std::string> args{bench_binary("gradwire_bench_codecs").string()};
   std::string filter = a.filter;
-  if (!a.size.empty()) filter = "(" + filter + ")/" + a.size + "$";
+  if (!a.size.empty()) filter = "(" + filter + ").*/" + a.size + "$";  // name/face/size
   args.push_back("--benchmark_filter=" + filter);
   if (!a.json.empty()) {
     args.push_back("--benchmark_out=" + a.json);

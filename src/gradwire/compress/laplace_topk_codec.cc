@@ -27,6 +27,7 @@
 #include <limits>
 
 #include "gradwire/compress/codecs.h"
+#include "gradwire/compress/error_feedback.h"
 #include "gradwire/compress/sparse_select.h"
 #include "gradwire/compress/sparsifiers.h"
 
@@ -54,7 +55,7 @@ constexpr double kNoPrior = std::numeric_limits<double>::infinity();
 constexpr double kSampleFraction = 0.01;  // center=median: 1% strided sample
 constexpr size_t kMinSample = 1024;
 
-class LaplaceTopKCodec final : public IndexedSparsifier {
+class LaplaceTopKCodec final : public IndexedSparsifier, public FusedAccumulate {
  public:
   explicit LaplaceTopKCodec(const LaplaceOptions& options)
       : IndexedSparsifier(kLaplaceTopKVersion, kNames), options_(options) {}
@@ -69,15 +70,29 @@ class LaplaceTopKCodec final : public IndexedSparsifier {
     return bare_spec("laplace-topk", std::move(params));
   }
 
+  // Error feedback's a = g + r folded into the fit's pass over r (the fit pass is the first
+  // of the two streaming passes, so the encode stays at two; ErrorFeedback without momentum
+  // calls this instead of r += g then encode_residual(r), which it equals bit for bit).
+  void add_encode_residual(std::span<const float> g, std::span<float> r, Bytes& out) override {
+    checked_count(r.size(), id());
+    const float mu = center_of(r, g);
+    select_fitted(r, mu, add_abs_stats(g, r, mu));
+    write_payload(r, out);
+    clear_sent(r);
+  }
+
  private:
-  float center_of(std::span<const float> a) {
-    if (options_.center == Center::kZero) return 0.0f;
+  // mu of a + add (add empty: of a), from a strided sample.
+  float center_of(std::span<const float> a, std::span<const float> add) {
+    if (options_.center == Center::kZero || a.empty()) return 0.0f;
     const size_t n = a.size();
     const size_t samples =
         std::min(n, std::max(kMinSample, static_cast<size_t>(std::ceil(kSampleFraction * n))));
     const size_t stride = n / samples;
     sample_.resize(samples);
-    for (size_t j = 0; j < samples; ++j) sample_[j] = a[j * stride];
+    for (size_t j = 0; j < samples; ++j) {
+      sample_[j] = add.empty() ? a[j * stride] : a[j * stride] + add[j * stride];
+    }
     // NaN would break nth_element's ordering; it also makes the fit non-finite below.
     for (const float v : sample_) {
       if (std::isnan(v)) return v;
@@ -89,6 +104,12 @@ class LaplaceTopKCodec final : public IndexedSparsifier {
 
   // Sets indices_ (increasing) and stats_.
   void select(std::span<const float> a) override {
+    const float mu = center_of(a, {});
+    select_fitted(a, mu, abs_stats(a, mu));
+  }
+
+  // select() once mu and the fit pass over `a` are known.
+  void select_fitted(std::span<const float> a, float mu, const AbsStats& fit) {
     const size_t n = a.size();
     const size_t k = topk_count(options_.density.next(), n);
     stats_ = SelectionStats{};
@@ -97,8 +118,6 @@ class LaplaceTopKCodec final : public IndexedSparsifier {
       indices_.clear();
       return;
     }
-    const float mu = center_of(a);
-    const AbsStats fit = abs_stats(a, mu);
     const double b = fit.sum / static_cast<double>(n);
     stats_.full_passes = 1;
     if (b == 0.0 && mu == 0.0f) {

@@ -105,9 +105,24 @@ inline double sum4(F4 v) {
   return (static_cast<double>(v[0]) + v[1]) + (static_cast<double>(v[2]) + v[3]);
 }
 
-[[gnu::noinline]] void abs_stats_kernel(const float* __restrict a, size_t n, float mu,
-                                        double* __restrict sum_out, float* __restrict max_out) {
+inline void store4(float* p, F4 v) { std::memcpy(p, &v, sizeof(v)); }
+
+// Sum and max of |a_i - mu|. With kAdd, a_i += g_i first, stored back: error feedback's
+// accumulate folded into the fit's pass, with the same blocks and the same order of sums, so
+// both give bit for bit the same statistics of the same values.
+template <bool kAdd>
+[[gnu::always_inline]] inline void abs_stats_body(const float* __restrict g, float* __restrict a,
+                                                  size_t n, float mu, double* __restrict sum_out,
+                                                  float* __restrict max_out) {
   const F4 m = {mu, mu, mu, mu};
+  const auto value4 = [&](size_t at) {
+    F4 x = load4(a + at);
+    if constexpr (kAdd) {
+      x += load4(g + at);
+      store4(a + at, x);
+    }
+    return x;
+  };
   F4 top0 = {}, top1 = {}, top2 = {}, top3 = {};
   double total = 0.0;
   size_t i = 0;
@@ -115,10 +130,10 @@ inline double sum4(F4 v) {
     F4 s0 = {}, s1 = {}, s2 = {}, s3 = {};
     const size_t end = std::min(n, i + kChunk);
     for (; i + kBlock <= end; i += kBlock) {
-      const F4 d0 = abs4(load4(a + i) - m);
-      const F4 d1 = abs4(load4(a + i + 4) - m);
-      const F4 d2 = abs4(load4(a + i + 8) - m);
-      const F4 d3 = abs4(load4(a + i + 12) - m);
+      const F4 d0 = abs4(value4(i) - m);
+      const F4 d1 = abs4(value4(i + 4) - m);
+      const F4 d2 = abs4(value4(i + 8) - m);
+      const F4 d3 = abs4(value4(i + 12) - m);
       s0 += d0;
       s1 += d1;
       s2 += d2;
@@ -137,12 +152,29 @@ inline double sum4(F4 v) {
   float mx = 0.0f;
   for (int j = 0; j < 4; ++j) mx = top0[j] > mx ? top0[j] : mx;
   for (; i < n; ++i) {
-    const float d = std::fabs(a[i] - mu);
+    float x = a[i];
+    if constexpr (kAdd) {
+      x += g[i];
+      a[i] = x;
+    }
+    const float d = std::fabs(x - mu);
     total += d;
     mx = d > mx ? d : mx;
   }
   *sum_out = total;
   *max_out = mx;
+}
+
+[[gnu::noinline]] void abs_stats_kernel(const float* __restrict a, size_t n, float mu,
+                                        double* __restrict sum_out, float* __restrict max_out) {
+  // Read only: the body writes `a` only when it adds.
+  abs_stats_body<false>(nullptr, const_cast<float*>(a), n, mu, sum_out, max_out);
+}
+
+[[gnu::noinline]] void add_abs_stats_kernel(const float* __restrict g, float* __restrict a,
+                                            size_t n, float mu, double* __restrict sum_out,
+                                            float* __restrict max_out) {
+  abs_stats_body<true>(g, a, n, mu, sum_out, max_out);
 }
 
 [[gnu::noinline]] void moments_kernel(const float* __restrict a, size_t n,
@@ -316,6 +348,16 @@ void read_sparse_body_add(ByteReader& reader, const SparseBodyNames& names,
 AbsStats abs_stats(std::span<const float> a, float mu) {
   AbsStats s;
   abs_stats_kernel(a.data(), a.size(), mu, &s.sum, &s.max);
+  return s;
+}
+
+AbsStats add_abs_stats(std::span<const float> g, std::span<float> a, float mu) {
+  if (g.size() != a.size()) {
+    throw Error("add_abs_stats: " + std::to_string(g.size()) + " gradient elements for " +
+                std::to_string(a.size()) + " accumulated ones");
+  }
+  AbsStats s;
+  add_abs_stats_kernel(g.data(), a.data(), a.size(), mu, &s.sum, &s.max);
   return s;
 }
 

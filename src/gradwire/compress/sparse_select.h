@@ -55,6 +55,8 @@ struct AbsStats {
   float max = 0.0f;  // max of |a_i - mu| over the non-NaN elements
 };
 AbsStats abs_stats(std::span<const float> a, float mu);
+// a_i += g_i, then abs_stats(a, mu), in one pass: bit for bit the same as the two apart.
+AbsStats add_abs_stats(std::span<const float> g, std::span<float> a, float mu);
 
 struct MeanStd {
   double mean = 0.0;
@@ -128,17 +130,15 @@ class ThresholdSelector {
 class IndexedSparsifier : public SparsifierCodec {
  public:
   void encode(std::span<const float> input, Bytes& out) final {
-    const uint32_t n = checked_count(input.size(), id());
+    checked_count(input.size(), id());
     select(input);
-    ByteWriter writer(out);
-    PayloadHeader{id(), version_, n}.write(writer);
-    write_sparse_body(writer, n, indices_, input.data());
+    write_payload(input, out);
   }
 
   // r <- a - D(C(a)): zero the sent positions.
   void encode_residual(std::span<float> a, Bytes& out) final {
     encode(a, out);
-    for (const uint32_t i : indices_) a[i] = 0.0f;
+    clear_sent(a);
   }
 
   void decode_add(std::span<const uint8_t> payload, std::span<float> accum) const final {
@@ -153,6 +153,16 @@ class IndexedSparsifier : public SparsifierCodec {
 
   // Fills indices_ (strictly increasing) and stats_ for `a`.
   virtual void select(std::span<const float> a) = 0;
+  // The payload of a's values at indices_, and the residual's update (zero them in `a`).
+  void write_payload(std::span<const float> a, Bytes& out) const {
+    const uint32_t n = checked_count(a.size(), id());
+    ByteWriter writer(out);
+    PayloadHeader{id(), version_, n}.write(writer);
+    write_sparse_body(writer, n, indices_, a.data());
+  }
+  void clear_sent(std::span<float> a) const {
+    for (const uint32_t i : indices_) a[i] = 0.0f;
+  }
 
   std::vector<uint32_t> indices_;  // positions sent by the last encode, increasing
 
