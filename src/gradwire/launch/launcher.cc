@@ -4,11 +4,8 @@
 #include <netdb.h>
 #include <netinet/in.h>
 #include <poll.h>
-#include <sched.h>
 #include <signal.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
-#include <sys/syscall.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -23,12 +20,11 @@
 #include <utility>
 
 #include "gradwire/core/error.h"
+#include "gradwire/launch/child_start.h"
 #include "gradwire/launch/line_prefixer.h"
 #include "gradwire/launch/output_sink.h"
 #include "gradwire/launch/posix_fd.h"
 #include "gradwire/launch/signal_relay.h"
-
-extern char** environ;
 
 namespace gradwire::launch {
 namespace {
@@ -36,111 +32,12 @@ namespace {
 using Clock = std::chrono::steady_clock;
 
 constexpr std::size_t kReadChunkBytes = 64 * 1024;
-// The shell's convention for "command not found / not executable".
-constexpr int kExecFailureStatus = 127;
 // Poll wakes at least this often, so children are reaped even if SIGCHLD is blocked in
 // every thread of the host program.
 constexpr std::chrono::milliseconds kMaxPollWait{250};
 // Once every rank and its process group are gone, how long output pipes still held by
 // processes that left their rank's group (setsid) are read before being abandoned.
 constexpr std::chrono::milliseconds kPipeLinger{1000};
-
-#ifndef CLOSE_RANGE_CLOEXEC
-constexpr unsigned kCloseRangeCloexec = 1U << 2;
-#else
-constexpr unsigned kCloseRangeCloexec = CLOSE_RANGE_CLOEXEC;
-#endif
-
-// ---- Environment -------------------------------------------------------------------------
-
-using Environment = std::map<std::string, std::string>;
-
-Environment inherited_environment() {
-  Environment env;
-  for (char** entry = environ; entry != nullptr && *entry != nullptr; ++entry) {
-    std::string_view text(*entry);
-    std::size_t equals = text.find('=');
-    if (equals == std::string_view::npos || equals == 0) continue;
-    env.emplace(std::string(text.substr(0, equals)), std::string(text.substr(equals + 1)));
-  }
-  return env;
-}
-
-// What a child that could not start writes to its report pipe before _exit().
-struct StartFailure {
-  enum Stage : int { kExec = 0, kNetns = 1 } stage;
-  int error;  // errno
-};
-
-// Everything a child needs between fork() and exec(), prepared beforehand so that the child
-// only makes async-signal-safe calls.
-struct ChildPlan {
-  std::vector<std::string> env_storage;
-  std::vector<char*> envp;
-  char* const* argv = nullptr;
-  pid_t launcher_pid = 0;
-  int stdin_fd = -1;  // -1: inherit the launcher's stdin
-  int stdout_fd = -1;
-  int stderr_fd = -1;
-  int exec_report_fd = -1;
-  int netns_fd = -1;  // >= 0: enter this network namespace before exec
-  // A launcher started with SIGINT/SIGTERM ignored (nohup, `cmd &` without job control)
-  // passes that on, as a shell would; everything else starts with default actions.
-  bool ignore_sigint = false;
-  bool ignore_sigterm = false;
-};
-
-void put_fd(int fd, int target) {
-  if (fd == target) {
-    ::fcntl(fd, F_SETFD, 0);  // keep it across exec
-  } else {
-    ::dup2(fd, target);
-  }
-}
-
-[[noreturn]] void exec_child(const ChildPlan& plan) {
-  // Own process group: signals sent to it reach the rank's whole subtree, and the terminal's
-  // Ctrl-C reaches only the launcher, which forwards it.
-  ::setpgid(0, 0);
-  // Die with the launcher. If the launcher died before this line, nobody would send the
-  // signal, hence the check of the parent afterwards.
-  if (::prctl(PR_SET_PDEATHSIG, SIGKILL) != 0 || ::getppid() != plan.launcher_pid) ::_exit(1);
-
-  if (plan.stdin_fd >= 0) put_fd(plan.stdin_fd, STDIN_FILENO);
-  put_fd(plan.stdout_fd, STDOUT_FILENO);
-  put_fd(plan.stderr_fd, STDERR_FILENO);
-  // Descriptors the host program left inheritable do not leak into the ranks (as with
-  // Python's subprocess); failure (old kernel) is harmless.
-#ifdef SYS_close_range
-  ::syscall(SYS_close_range, 3U, ~0U, kCloseRangeCloexec);
-#endif
-
-  // Signals were blocked around fork() so that no launcher handler runs here; give the
-  // program the dispositions a fresh process expects (SIGPIPE and SIGCHLD default even when
-  // the host program ignores them, as Python's subprocess does for SIGPIPE), then unblock.
-  struct sigaction action {};
-  sigemptyset(&action.sa_mask);
-  action.sa_handler = plan.ignore_sigint ? SIG_IGN : SIG_DFL;
-  ::sigaction(SIGINT, &action, nullptr);
-  action.sa_handler = plan.ignore_sigterm ? SIG_IGN : SIG_DFL;
-  ::sigaction(SIGTERM, &action, nullptr);
-  action.sa_handler = SIG_DFL;
-  ::sigaction(SIGCHLD, &action, nullptr);
-  ::sigaction(SIGPIPE, &action, nullptr);
-  sigset_t none;
-  sigemptyset(&none);
-  ::sigprocmask(SIG_SETMASK, &none, nullptr);
-
-  StartFailure failure{StartFailure::kExec, 0};
-  if (plan.netns_fd >= 0 && ::setns(plan.netns_fd, CLONE_NEWNET) != 0) {
-    failure = {StartFailure::kNetns, errno};
-  } else {
-    ::execvpe(plan.argv[0], plan.argv, plan.envp.data());
-    failure.error = errno;
-  }
-  [[maybe_unused]] ssize_t written = ::write(plan.exec_report_fd, &failure, sizeof failure);
-  ::_exit(kExecFailureStatus);
-}
 
 // ---- Supervision -------------------------------------------------------------------------
 
