@@ -15,8 +15,10 @@
 // A count at t >= max |a_i - mu| is 0 without a pass. A streaming count also keeps the
 // survivors of a slightly lower threshold (about 1.5 c(t) elements when the model fits, and
 // below last step's final threshold, which error feedback usually puts under t0), so
-// correction rounds and the final collection read those instead of the tensor: on a
-// Laplace-like gradient the encode is two streaming passes.
+// correction rounds and the final collection read those instead of the tensor. The fit pass
+// itself keeps the survivors of last step's final threshold less b ln 1.5, so when the
+// first count's t0 lies above that (the usual case under error feedback, whose residual
+// grows b), the fit and the counts are one streaming pass; otherwise two.
 //
 // An all-zero tensor sends nothing. NaN or infinity in the tensor (no finite fit), or a
 // tensor equal to its median everywhere (b = 0 with center=median), sends the exact top-k by
@@ -70,13 +72,14 @@ class LaplaceTopKCodec final : public IndexedSparsifier, public FusedAccumulate 
     return bare_spec("laplace-topk", std::move(params));
   }
 
-  // Error feedback's a = g + r folded into the fit's pass over r (the fit pass is the first
-  // of the two streaming passes, so the encode stays at two; ErrorFeedback without momentum
-  // calls this instead of r += g then encode_residual(r), which it equals bit for bit).
+  // Error feedback's a = g + r folded into the fit's pass over r (ErrorFeedback without
+  // momentum calls this instead of r += g then encode_residual(r), which it equals bit for
+  // bit).
   void add_encode_residual(std::span<const float> g, std::span<float> r, Bytes& out) override {
     checked_count(r.size(), id());
+    const size_t k = topk_count(options_.density.next(), r.size());
     const float mu = center_of(r, g);
-    select_fitted(r, mu, add_abs_stats(g, r, mu));
+    select_fitted(r, mu, k, selector_.add_fit_and_keep(g, r, mu, capacity_for(k), last_keep_));
     write_payload(r, out);
     clear_sent(r);
   }
@@ -104,22 +107,26 @@ class LaplaceTopKCodec final : public IndexedSparsifier, public FusedAccumulate 
 
   // Sets indices_ (increasing) and stats_.
   void select(std::span<const float> a) override {
+    const size_t k = topk_count(options_.density.next(), a.size());
     const float mu = center_of(a, {});
-    select_fitted(a, mu, abs_stats(a, mu));
+    select_fitted(a, mu, k, selector_.fit_and_keep(a, mu, capacity_for(k), last_keep_));
   }
 
-  // select() once mu and the fit pass over `a` are known.
-  void select_fitted(std::span<const float> a, float mu, const AbsStats& fit) {
+  static size_t capacity_for(size_t k) { return std::max(kMinKeep, kKeepFactor * k); }
+
+  // select() once the selector made the fit pass over `a` (keeping the survivors of last
+  // step's final threshold less a margin: when the first count's threshold t0 lies above it,
+  // as error feedback's growing residual makes usual, the fit and that count are one pass).
+  void select_fitted(std::span<const float> a, float mu, size_t k, const AbsStats& fit) {
     const size_t n = a.size();
-    const size_t k = topk_count(options_.density.next(), n);
     stats_ = SelectionStats{};
     stats_.target = k;
+    stats_.full_passes = selector_.full_passes();
     if (n == 0) {
       indices_.clear();
       return;
     }
     const double b = fit.sum / static_cast<double>(n);
-    stats_.full_passes = 1;
     if (b == 0.0 && mu == 0.0f) {
       indices_.clear();  // an all-zero tensor: nothing to send
       return;
@@ -145,8 +152,7 @@ class LaplaceTopKCodec final : public IndexedSparsifier, public FusedAccumulate 
       return std::fabs(std::log(std::max<double>(static_cast<double>(c), 0.5) / target));
     };
 
-    const size_t capacity = std::max(kMinKeep, kKeepFactor * k);
-    selector_.reset(a, mu, capacity, fit.max);
+    const size_t capacity = capacity_for(k);
     // Each streaming count also keeps the survivors of a lower threshold for the rounds after
     // it: those of lo once c(lo) is known to fit (every later threshold lies above lo), else
     // those of min(t, last step's final threshold) - b ln 1.5 (about 1.5 c(t) on the model's
@@ -154,7 +160,10 @@ class LaplaceTopKCodec final : public IndexedSparsifier, public FusedAccumulate 
     const double margin = b * kKeepMargin;
     const double t0 = b * std::log(static_cast<double>(n) / target);
     const double prior = previous_ * b;
-    double t = t0;
+    // The first count: last step's final threshold in units of b when there is one (a
+    // gradient's shape changes slowly from step to step, and under error feedback the
+    // residual's lighter-than-Laplace tail puts the answer well below t0), else t0.
+    double t = std::isfinite(prior) && prior > 0 && prior < fit.max ? prior : t0;
     size_t c =
         selector_.count(static_cast<float>(t), static_cast<float>(std::min(t, prior) - margin));
     // [lo, hi] brackets the threshold we look for: c(hi) = 0 <= upper; lo = 0 counts all.
@@ -195,14 +204,16 @@ class LaplaceTopKCodec final : public IndexedSparsifier, public FusedAccumulate 
     stats_.exact_fallback = selector_.collect(static_cast<float>(t),
                                               static_cast<size_t>(std::floor(upper)), k, indices_);
     stats_.counts = selector_.counts();
-    stats_.full_passes += selector_.full_passes();
+    stats_.full_passes = selector_.full_passes();
     stats_.threshold = static_cast<float>(t);
     stats_.selected = indices_.size();
     previous_ = b > 0.0 ? t / b : kNoPrior;
+    last_keep_ = static_cast<float>(t - margin);
   }
 
   LaplaceOptions options_;
   double previous_ = kNoPrior;  // the last step's final threshold in units of its b
+  float last_keep_ = std::numeric_limits<float>::infinity();  // and less b ln 1.5, absolute
   ThresholdSelector selector_;
   TopKSelector exact_;
   std::vector<float> sample_;

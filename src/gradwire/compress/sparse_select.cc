@@ -232,6 +232,62 @@ inline unsigned block_mask(I4 h0, I4 h1, I4 h2, I4 h3) {
   return static_cast<unsigned>((v[0] | v[1]) | (v[2] | v[3]));
 }
 
+// The fit pass over one chunk's whole blocks, from i up to end, keeping survivors: the
+// same float partial sums and maxima as abs_stats_body (so the same totals, bit for bit),
+// and every element whose key exceeds kk is stored (the caller leaves room for a whole
+// chunk). With kAdd, a_i += g_i first. Returns the chunk's sum; i moves past its blocks.
+template <bool kAdd>
+[[gnu::noinline]] double fit_keep_chunk(const float* __restrict g, float* __restrict a, size_t& i,
+                                        size_t end, float mu, int32_t kk, F4* __restrict tops,
+                                        uint32_t* __restrict index, float* __restrict mag,
+                                        size_t& stored) {
+  const F4 m = {mu, mu, mu, mu};
+  const I4 kv = {kk, kk, kk, kk};
+  const auto value4 = [&](size_t at) {
+    F4 x = load4(a + at);
+    if constexpr (kAdd) {
+      x += load4(g + at);
+      store4(a + at, x);
+    }
+    return x;
+  };
+  F4 s0 = {}, s1 = {}, s2 = {}, s3 = {};
+  F4 top0 = tops[0], top1 = tops[1], top2 = tops[2], top3 = tops[3];
+  size_t s = stored;
+  size_t at = i;
+  for (; at + kBlock <= end; at += kBlock) {
+    F4 d[4] = {abs4(value4(at) - m), abs4(value4(at + 4) - m), abs4(value4(at + 8) - m),
+               abs4(value4(at + 12) - m)};
+    s0 += d[0];
+    s1 += d[1];
+    s2 += d[2];
+    s3 += d[3];
+    top0 = d[0] > top0 ? d[0] : top0;
+    top1 = d[1] > top1 ? d[1] : top1;
+    top2 = d[2] > top2 ? d[2] : top2;
+    top3 = d[3] > top3 ? d[3] : top3;
+    // d's bits are its key (the sign bit is clear).
+    const I4 h0 = std::bit_cast<I4>(d[0]) > kv;
+    const I4 h1 = std::bit_cast<I4>(d[1]) > kv;
+    const I4 h2 = std::bit_cast<I4>(d[2]) > kv;
+    const I4 h3 = std::bit_cast<I4>(d[3]) > kv;
+    if (!any4((h0 | h1) | (h2 | h3))) continue;
+    for (unsigned bits = block_mask(h0, h1, h2, h3); bits != 0; bits &= bits - 1) {
+      const unsigned j = static_cast<unsigned>(std::countr_zero(bits));
+      index[s] = static_cast<uint32_t>(at + j);
+      mag[s] = d[j / 4][j % 4];
+      ++s;
+    }
+  }
+  tops[0] = top0;
+  tops[1] = top1;
+  tops[2] = top2;
+  tops[3] = top3;
+  stored = s;
+  i = at;
+  return sum4((s0 + s1) + (s2 + s3));
+}
+
 // The body of a counting pass over whole blocks [i, end): finds d > keep with vector
 // compares per block of 16 and stores those elements (few: the pass is memory-bound as long
 // as keep leaves a few k). d > t is counted among them while keep <= t (every such element
@@ -456,6 +512,71 @@ size_t ThresholdSelector::scan(float t, float keep) {
   kept_ = stored;
   kept_key_ = kk;
   return over_t;
+}
+
+template <bool kAdd>
+AbsStats ThresholdSelector::fit_pass(const float* g, float* a, float keep) {
+  const size_t n = a_.size();
+  if (kept_index_.size() < capacity_ + kChunk) {  // room for a whole chunk's survivors
+    kept_index_.resize(capacity_ + kChunk);
+    kept_mag_.resize(capacity_ + kChunk);
+  }
+  ++full_passes_;
+  int32_t kk = threshold_key(keep);
+  const size_t limit = kept_index_.size();
+  F4 tops[4] = {};
+  double total = 0.0;
+  size_t stored = 0;
+  size_t i = 0;
+  // The chunks and the order of the sums are abs_stats_body's.
+  while (i + kBlock <= n) {
+    const size_t end = std::min(n, i + kChunk);
+    if (stored + kChunk > limit) kk = raise_keep(stored, kk, i);
+    total += fit_keep_chunk<kAdd>(g, a, i, end, mu_, kk, tops, kept_index_.data(), kept_mag_.data(),
+                                  stored);
+  }
+  tops[0] = tops[1] > tops[0] ? tops[1] : tops[0];
+  tops[2] = tops[3] > tops[2] ? tops[3] : tops[2];
+  tops[0] = tops[2] > tops[0] ? tops[2] : tops[0];
+  float mx = 0.0f;
+  for (int j = 0; j < 4; ++j) mx = tops[0][j] > mx ? tops[0][j] : mx;
+  if (i < n && stored + kBlock > limit) kk = raise_keep(stored, kk, i);
+  for (; i < n; ++i) {
+    float x = a[i];
+    if constexpr (kAdd) {
+      x += g[i];
+      a[i] = x;
+    }
+    const float d = std::fabs(x - mu_);
+    total += d;
+    mx = d > mx ? d : mx;
+    const int32_t key = key_of(x - mu_);
+    kept_index_[stored] = static_cast<uint32_t>(i);
+    kept_mag_[stored] = std::bit_cast<float>(key);
+    stored += key > kk ? 1 : 0;
+  }
+  have_kept_ = true;
+  kept_ = stored;
+  kept_key_ = kk;
+  max_magnitude_ = mx;
+  return {total, mx};
+}
+
+AbsStats ThresholdSelector::fit_and_keep(std::span<const float> a, float mu, size_t capacity,
+                                         float keep) {
+  reset(a, mu, capacity);
+  // Read only: the pass writes `a` only when it adds.
+  return fit_pass<false>(nullptr, const_cast<float*>(a.data()), keep);
+}
+
+AbsStats ThresholdSelector::add_fit_and_keep(std::span<const float> g, std::span<float> a, float mu,
+                                             size_t capacity, float keep) {
+  if (g.size() != a.size()) {
+    throw Error("add_fit_and_keep: " + std::to_string(g.size()) + " gradient elements for " +
+                std::to_string(a.size()) + " accumulated ones");
+  }
+  reset(a, mu, capacity);
+  return fit_pass<true>(g.data(), a.data(), keep);
 }
 
 size_t ThresholdSelector::count(float t, float keep) {

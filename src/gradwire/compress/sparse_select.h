@@ -80,6 +80,15 @@ class ThresholdSelector {
   void reset(std::span<const float> a, float mu, size_t capacity,
              float max_magnitude = std::numeric_limits<float>::infinity());
 
+  // reset() and the fit pass in one pass over `a`: returns abs_stats(a, mu), bit for bit,
+  // and keeps the survivors of `keep` as a count would, so that a first count at a
+  // threshold >= keep reads only them (a good guess of keep, such as last step's final
+  // threshold, makes the fit and the first count one pass). The max becomes max_magnitude.
+  AbsStats fit_and_keep(std::span<const float> a, float mu, size_t capacity, float keep);
+  // The same after a_i += g_i (error feedback's accumulate), in the same pass.
+  AbsStats add_fit_and_keep(std::span<const float> g, std::span<float> a, float mu, size_t capacity,
+                            float keep);
+
   // c(t) = #{i : |a_i - mu| > t}. Reads only the kept survivors when a previous pass kept
   // every element above a threshold <= t; otherwise one streaming pass over `a` that keeps
   // the survivors of `keep` for later calls (and for collect()); when they outgrow the
@@ -101,6 +110,9 @@ class ThresholdSelector {
   // One pass over a_: returns c(t) and keeps the survivors of `keep`, raising the keep
   // threshold whenever they outgrow the capacity.
   size_t scan(float t, float keep);
+  // The pass of fit_and_keep over a_ (whose data is `a`), adding g first with kAdd.
+  template <bool kAdd>
+  AbsStats fit_pass(const float* g, float* a, float keep);
   // The buffer is full after `seen` elements: keeps only the largest kept survivors, as
   // many as would make about capacity/2 over the whole pass at the rate seen so far; returns
   // the new keep key (>= kk).
