@@ -1,0 +1,115 @@
+#include <gtest/gtest.h>
+
+#include <map>
+
+#include "gradwire/core/error.h"
+#include "gradwire/strategy/gossip/topology.h"
+#include "gradwire/strategy/gossip/trigger.h"
+
+namespace gradwire::strategy::gossip {
+namespace {
+
+std::vector<int> peers(Topology& t, int n) {
+  std::vector<int> out;
+  for (int i = 0; i < n; ++i) out.push_back(t.next_peer().value_or(-1));
+  return out;
+}
+
+TEST(GossipTopologyTest, RingAlternatesNeighboursAndSkipsDroppedPeers) {
+  auto t = Topology::parse("ring", 2, 5);
+  EXPECT_EQ(peers(t, 4), (std::vector<int>{3, 1, 3, 1}));
+  t.drop(3);
+  EXPECT_EQ(peers(t, 2), (std::vector<int>{4, 1}));
+  t.drop(1);
+  t.drop(4);
+  EXPECT_EQ(peers(t, 2), (std::vector<int>{0, 0}));
+  EXPECT_EQ(t.dropped(), (std::vector<int>{1, 3, 4}));
+  t.drop(0);
+  EXPECT_FALSE(t.next_peer().has_value());  // alone
+}
+
+TEST(GossipTopologyTest, ExponentialCyclesPowersOfTwo) {
+  auto t = Topology::parse("exponential", 1, 8);
+  EXPECT_EQ(peers(t, 6), (std::vector<int>{2, 3, 5, 2, 3, 5}));  // +1, +2, +4
+  auto two = Topology::parse("exponential", 1, 2);
+  EXPECT_EQ(peers(two, 3), (std::vector<int>{0, 0, 0}));
+  t.drop(3);
+  EXPECT_EQ(peers(t, 3), (std::vector<int>{2, 4, 5}));  // +2 lands on 3: the next live, 4
+}
+
+TEST(GossipTopologyTest, RandomIsSeededUniformOverLivePeersAndNeverSelf) {
+  auto a = Topology::parse("random:seed=7", 0, 4);
+  auto b = Topology::parse("random:seed=7", 0, 4);
+  EXPECT_EQ(peers(a, 50), peers(b, 50));
+  std::map<int, int> seen;
+  for (int p : peers(a, 3000)) ++seen[p];
+  EXPECT_EQ(seen.count(0), 0u);
+  for (int p : {1, 2, 3}) EXPECT_NEAR(seen[p], 1000, 150) << p;
+  a.drop(2);
+  for (int p : peers(a, 200)) EXPECT_NE(p, 2);
+  EXPECT_EQ(a.canonical(), "random:seed=7");
+}
+
+TEST(GossipTopologyTest, BadSpecsAreRefused) {
+  EXPECT_THROW(Topology::parse("star", 0, 4), ConfigError);
+  EXPECT_THROW(Topology::parse("ring:seed=1", 0, 4), ConfigError);
+  EXPECT_THROW(Topology::parse("random:seed=-1", 0, 4), ConfigError);
+  EXPECT_THROW(Topology::parse("ring", 4, 4), ConfigError);
+}
+
+TEST(GossipTriggerTest, EveryAndPeriod) {
+  auto every = Trigger::parse("every");
+  for (int s = 0; s < 3; ++s) EXPECT_TRUE(every.after_step(0, 0));
+  auto period = Trigger::parse("period:3");
+  EXPECT_EQ(period.canonical(), "period:k=3");
+  std::vector<bool> fired;
+  for (int s = 0; s < 9; ++s) {
+    fired.push_back(period.after_step(0, 0));
+    if (fired.back()) period.exchanged();
+  }
+  EXPECT_EQ(fired, (std::vector<bool>{false, false, true, false, false, true, false, false, true}));
+  EXPECT_THROW(Trigger::parse("period:0"), ConfigError);
+  EXPECT_THROW(Trigger::parse("sometimes"), ConfigError);
+}
+
+// Steps of each relative size `change` (the drift grows by it per step); returns how many
+// steps each exchange took.
+std::vector<size_t> gaps(Trigger& t, double change, int steps) {
+  std::vector<size_t> out;
+  double drift = 0;
+  size_t since = 0;
+  for (int s = 0; s < steps; ++s) {
+    drift += change;
+    ++since;
+    if (t.after_step(change, drift)) {
+      out.push_back(since);
+      t.exchanged();
+      drift = 0;
+      since = 0;
+    }
+  }
+  return out;
+}
+
+TEST(GossipTriggerTest, AdaptiveCalibratesThenExchangesLessAsStepsShrinkAndAgainAfterAnLrDrop) {
+  auto t = Trigger::parse("adaptive:calibration=10,kappa=10,t_max=64");
+  EXPECT_EQ(t.canonical(), "adaptive:calibration=10,ema=0.05,kappa=10,t_max=64");
+  EXPECT_EQ(gaps(t, 1.0 / 128, 10), std::vector<size_t>(10, 1));  // calibration: every step
+  EXPECT_FALSE(t.calibrating());
+  EXPECT_DOUBLE_EQ(t.theta(), 10.0 / 128);  // kappa x d_bar (binary fractions: exact sums)
+  // Steps as large as in calibration: every 10 steps (the drift reaches theta).
+  EXPECT_EQ(gaps(t, 1.0 / 128, 30), (std::vector<size_t>{10, 10, 10}));
+  // Training settles: steps half as large, exchanges half as often.
+  EXPECT_EQ(gaps(t, 1.0 / 256, 40), (std::vector<size_t>{20, 20}));
+  // Tiny steps: t_max forces an exchange.
+  EXPECT_EQ(gaps(t, 1e-6, 128), (std::vector<size_t>{64, 64}));
+  // A learning-rate drop rescales the steps; a new calibration makes theta match them.
+  t.learning_rate_changed();
+  EXPECT_TRUE(t.calibrating());
+  EXPECT_EQ(gaps(t, 1.0 / 1024, 10), std::vector<size_t>(10, 1));
+  EXPECT_DOUBLE_EQ(t.theta(), 10.0 / 1024);
+  EXPECT_EQ(gaps(t, 1.0 / 1024, 20), (std::vector<size_t>{10, 10}));
+}
+
+}  // namespace
+}  // namespace gradwire::strategy::gossip
