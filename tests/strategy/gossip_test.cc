@@ -1,8 +1,10 @@
 #include <gtest/gtest.h>
 
+#include <cmath>
 #include <map>
 
 #include "gradwire/core/error.h"
+#include "gradwire/strategy/gossip/protocol.h"
 #include "gradwire/strategy/gossip/topology.h"
 #include "gradwire/strategy/gossip/trigger.h"
 
@@ -109,6 +111,48 @@ TEST(GossipTriggerTest, AdaptiveCalibratesThenExchangesLessAsStepsShrinkAndAgain
   EXPECT_EQ(gaps(t, 1.0 / 1024, 10), std::vector<size_t>(10, 1));
   EXPECT_DOUBLE_EQ(t.theta(), 10.0 / 1024);
   EXPECT_EQ(gaps(t, 1.0 / 1024, 20), (std::vector<size_t>{10, 10}));
+}
+
+TEST(GossipProtocolTest, RoundTripsAndRefusesCorruptMessages) {
+  Message m;
+  m.type = MessageType::kAnswer;
+  m.token = 0x1234567890abcdefULL;
+  m.sender = 3;
+  m.exchange = 42;
+  m.weight = 0.25;
+  m.tensors = {Bytes{1, 2, 3}, Bytes{}, Bytes(100, 7)};
+  const Bytes bytes = encode(m);
+  const Message back = parse(bytes);
+  EXPECT_EQ(back.type, m.type);
+  EXPECT_EQ(back.token, m.token);
+  EXPECT_EQ(back.sender, m.sender);
+  EXPECT_EQ(back.exchange, m.exchange);
+  EXPECT_EQ(back.weight, m.weight);
+  EXPECT_EQ(back.tensors, m.tensors);
+  EXPECT_EQ(encode(back), bytes);
+  // Every truncation, and a trailing byte, is refused.
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_THROW(parse(std::span<const uint8_t>(bytes.data(), n)), PayloadError) << n;
+  }
+  Bytes longer = bytes;
+  longer.push_back(0);
+  EXPECT_THROW(parse(longer), PayloadError);
+  // A bad magic, version, type, weight, or a busy message with tensors.
+  const auto corrupt = [&](size_t at, uint8_t value) {
+    Bytes b = bytes;
+    b[at] = value;
+    return b;
+  };
+  EXPECT_THROW(parse(corrupt(0, 0)), PayloadError);
+  EXPECT_THROW(parse(corrupt(4, 9)), PayloadError);
+  EXPECT_THROW(parse(corrupt(5, 0)), PayloadError);
+  EXPECT_THROW(parse(corrupt(5, 5)), PayloadError);
+  EXPECT_THROW(parse(corrupt(5, static_cast<uint8_t>(MessageType::kBusy))), PayloadError);
+  Message bad_weight = m;
+  bad_weight.weight = -1;
+  EXPECT_THROW(parse(encode(bad_weight)), PayloadError);
+  bad_weight.weight = std::nan("");
+  EXPECT_THROW(parse(encode(bad_weight)), PayloadError);
 }
 
 }  // namespace

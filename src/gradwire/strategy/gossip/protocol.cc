@@ -1,0 +1,86 @@
+#include "gradwire/strategy/gossip/protocol.h"
+
+#include <cmath>
+
+#include "gradwire/core/error.h"
+
+namespace gradwire::strategy::gossip {
+
+const char* message_type_name(MessageType type) {
+  switch (type) {
+    case MessageType::kOffer:
+      return "offer";
+    case MessageType::kAnswer:
+      return "answer";
+    case MessageType::kBusy:
+      return "busy";
+    case MessageType::kPush:
+      return "push";
+  }
+  return "unknown";
+}
+
+Bytes encode(const Message& m) {
+  Bytes out;
+  ByteWriter writer(out);
+  writer.put<uint32_t>(Message::kMagic);
+  writer.put<uint8_t>(Message::kVersion);
+  writer.put<uint8_t>(static_cast<uint8_t>(m.type));
+  writer.put<uint16_t>(0);
+  writer.put<uint64_t>(m.token);
+  writer.put<uint32_t>(m.sender);
+  writer.put<uint64_t>(m.exchange);
+  writer.put<double>(m.weight);
+  writer.put<uint32_t>(static_cast<uint32_t>(m.tensors.size()));
+  for (const Bytes& payload : m.tensors) {
+    writer.put<uint32_t>(static_cast<uint32_t>(payload.size()));
+    writer.put_array<uint8_t>(payload);
+  }
+  return out;
+}
+
+Message parse(std::span<const uint8_t> bytes) {
+  ByteReader reader(bytes);
+  if (reader.get<uint32_t>("magic") != Message::kMagic) {
+    throw PayloadError("not a gradwire gossip message (bad magic)");
+  }
+  const uint8_t version = reader.get<uint8_t>("format version");
+  if (version != Message::kVersion) {
+    throw PayloadError("gossip message format " + std::to_string(version) + "; this build speaks " +
+                       std::to_string(Message::kVersion));
+  }
+  Message m;
+  const uint8_t type = reader.get<uint8_t>("type");
+  if (type < 1 || type > 4)
+    throw PayloadError("unknown gossip message type " + std::to_string(type));
+  m.type = static_cast<MessageType>(type);
+  if (reader.get<uint16_t>("reserved") != 0) throw PayloadError("reserved header bits set");
+  m.token = reader.get<uint64_t>("token");
+  m.sender = reader.get<uint32_t>("sender");
+  m.exchange = reader.get<uint64_t>("exchange id");
+  m.weight = reader.get<double>("weight");
+  if (!std::isfinite(m.weight) || !(m.weight > 0)) {
+    throw PayloadError("gossip message weight " + std::to_string(m.weight) +
+                       " is not a positive number");
+  }
+  const uint32_t count = reader.get<uint32_t>("tensor count");
+  // Each tensor takes at least its 4-byte length: a count beyond what is left is corrupt
+  // (and must not reserve memory for it).
+  if (count > reader.remaining() / sizeof(uint32_t)) {
+    throw PayloadError("gossip message claims " + std::to_string(count) + " tensors in " +
+                       std::to_string(reader.remaining()) + " bytes");
+  }
+  if (m.type == MessageType::kBusy && count != 0) {
+    throw PayloadError("a gossip busy message carries no tensors");
+  }
+  m.tensors.reserve(count);
+  for (uint32_t i = 0; i < count; ++i) {
+    const uint32_t length = reader.get<uint32_t>("payload length");
+    const auto payload = reader.get_bytes(length, "tensor payload");
+    m.tensors.emplace_back(payload.begin(), payload.end());
+  }
+  reader.expect_end("gossip message");
+  return m;
+}
+
+}  // namespace gradwire::strategy::gossip
