@@ -506,5 +506,28 @@ TEST(ZmqTransportTest, ClientTalksToTwoServers) {
                                                                 {"ps1", "from ps1"}}));
 }
 
+TEST(ZmqTransportTest, PeersTalkBothWaysThroughTheirInboxes) {
+  ZmqPeerTransport a("worker0", "127.0.0.1");
+  ZmqPeerTransport b("worker1", "127.0.0.1");
+  ZmqPeerTransport c("worker2", "127.0.0.1");
+  EXPECT_FALSE(a.send("worker1", to_bytes("too early")));  // not connected yet
+  a.connect(Peers{{"worker1", b.endpoint()}, {"worker2", c.endpoint()}});
+  b.connect(Peers{{"worker0", a.endpoint()}, {"worker2", c.endpoint()}});
+  c.connect(Peers{{"worker0", a.endpoint()}, {"worker1", b.endpoint()}});
+  ASSERT_TRUE(a.send("worker1", to_bytes("offer")));
+  auto m = b.receive(kWait);
+  ASSERT_TRUE(m.has_value());
+  EXPECT_EQ(m->peer, "worker0");
+  EXPECT_EQ(to_string(m->bytes), "offer");
+  ASSERT_TRUE(b.send("worker0", to_bytes("answer")));  // a reply is an ordinary send
+  ASSERT_TRUE(c.send("worker0", to_bytes("from c")));
+  std::set<std::pair<std::string, std::string>> got;
+  for (auto& r : receive_n(a, 2)) got.emplace(r.peer, to_string(r.bytes));
+  EXPECT_EQ(got, (std::set<std::pair<std::string, std::string>>{{"worker1", "answer"},
+                                                                {"worker2", "from c"}}));
+  EXPECT_FALSE(a.send("worker9", to_bytes("nobody")));
+  EXPECT_THROW(a.connect(Peers{}), Error);
+}
+
 }  // namespace
 }  // namespace gradwire::comm

@@ -280,4 +280,25 @@ std::optional<Received> ZmqClientTransport::receive(std::chrono::milliseconds ti
   }
 }
 
+ZmqPeerTransport::ZmqPeerTransport(std::string name, const std::string& bind_address, int port,
+                                   int64_t max_message_bytes)
+    : max_message_bytes_(max_message_bytes),
+      inbox_(std::move(name), bind_address, port, max_message_bytes) {}
+
+ZmqPeerTransport::~ZmqPeerTransport() = default;
+
+void ZmqPeerTransport::connect(std::vector<std::pair<std::string, std::string>> peers) {
+  if (outbox_) throw Error("ZmqPeerTransport::connect called twice");
+  outbox_ =
+      std::make_unique<ZmqClientTransport>(inbox_.name(), std::move(peers), max_message_bytes_);
+}
+
+bool ZmqPeerTransport::send(const std::string& peer, std::span<const uint8_t> bytes) {
+  return outbox_ && outbox_->send(peer, bytes);
+}
+
+std::optional<Received> ZmqPeerTransport::receive(std::chrono::milliseconds timeout) {
+  return inbox_.receive(timeout);
+}
+
 }  // namespace gradwire::comm

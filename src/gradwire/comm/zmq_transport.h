@@ -121,4 +121,31 @@ class ZmqClientTransport : public Transport {
   size_t next_poll_start_ = 0;  // rotates so that one busy server cannot starve the others
 };
 
+// A gossip worker's endpoint: a ROUTER bound like a server's, where every peer's messages
+// arrive (named by the sender), and a DEALER per peer for what this worker sends. Every
+// message travels DEALER -> ROUTER, whichever side started the exchange, so an answer is
+// an ordinary send. The limits and the security note above hold for both halves.
+class ZmqPeerTransport : public Transport {
+ public:
+  ZmqPeerTransport(std::string name, const std::string& bind_address, int port = 0,
+                   int64_t max_message_bytes = kZmqDefaultMaxMessageBytes);
+  ~ZmqPeerTransport() override;
+
+  const std::string& name() const override { return inbox_.name(); }
+  // The address peers connect to, e.g. "tcp://127.0.0.1:41234".
+  std::string endpoint() const { return inbox_.endpoint(); }
+  // Connects to every other peer (name, endpoint); once, before the first send. Throws
+  // like ZmqClientTransport's constructor.
+  void connect(std::vector<std::pair<std::string, std::string>> peers);
+
+  // false (dropped) before connect() or for an unknown peer.
+  bool send(const std::string& peer, std::span<const uint8_t> bytes) override;
+  std::optional<Received> receive(std::chrono::milliseconds timeout) override;
+
+ private:
+  int64_t max_message_bytes_;
+  ZmqServerTransport inbox_;
+  std::unique_ptr<ZmqClientTransport> outbox_;
+};
+
 }  // namespace gradwire::comm
