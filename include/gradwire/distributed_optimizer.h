@@ -67,8 +67,32 @@ struct ParameterServerOptions {
   uint64_t sample_budget = 0;            // > 0: job_progress().done once this many samples
 };
 
+// Strategy "gossip" (docs/ALGORITHMS.md 7): no server, no collective while training; each
+// worker averages its model with one peer when its trigger says so. The workers listen on
+// InitOptions::ps_bind (GRADWIRE_PS_BIND, 127.0.0.1 by default).
+struct GossipOptions {
+  std::string topology = "ring";  // ring | exponential | random[:seed=S]
+  std::string trigger =
+      "adaptive";                  // every | period:K | adaptive[:calibration=..,kappa=..,t_max=..]
+  std::string merge = "pairwise";  // pairwise | push-sum
+  double peer_timeout_s = 30;      // a peer silent this long after an offer is dropped
+};
+
+// What a gossip worker did (DistributedOptimizer::gossip_summary()).
+struct GossipSummary {
+  uint64_t offers = 0;  // exchanges this worker started
+  uint64_t merges = 0;  // merges applied to its model
+  uint64_t busy = 0;    // offers a peer declined
+  uint64_t dropped_messages = 0;
+  uint64_t bytes_sent = 0;
+  double steps_between_mean = 0;  // local steps between this worker's offers
+  uint64_t steps_between_p50 = 0, steps_between_max = 0;
+  std::vector<int> dropped_peers;
+  double consensus_distance = 0;  // mean over workers of ||x_i - average||
+};
+
 struct DistributedOptions {
-  std::string strategy = "allreduce";  // "allreduce" or "ps"
+  std::string strategy = "allreduce";  // "allreduce", "ps" or "gossip"
   // A codec spec ("topk:density=0.01"), a layer policy ("conv=...,fc=..."), or an adaptive
   // codec: "auto" measures none, fp16 and PowerSGD in this job and picks (docs/CODECS.md).
   std::string compressor = "none";
@@ -84,6 +108,7 @@ struct DistributedOptions {
   // not step together.
   bool broadcast_buffers = true;
   ParameterServerOptions ps;
+  GossipOptions gossip;
 };
 
 // This rank's traffic since construction. Contributed: what its codecs produced for the
@@ -163,6 +188,9 @@ class DistributedOptimizer {
   const std::string& codec_spec() const;
   TrafficCounters traffic() const;
   const Context& context() const;
+  // Gossip only (nullopt otherwise), and collective: every worker calls it at the same
+  // point (it averages the models to measure the consensus distance).
+  std::optional<GossipSummary> gossip_summary();
   // The adaptive codecs' decisions since the last call, the same on every rank (empty for
   // a fixed codec). Log them from one rank.
   std::vector<CodecDecision> take_codec_decisions();
@@ -174,6 +202,7 @@ class DistributedOptimizer {
   // Tells the servers this worker is done. Worker 0 waits for every worker, then holds the
   // servers' final model and gets the job's summary; other workers return at once. A
   // DistributedOptimizer destroyed without finish() says goodbye without waiting.
+  // Gossip: collective; ends the exchanges and makes every worker's model the average.
   std::optional<JobSummary> finish();
 
  private:

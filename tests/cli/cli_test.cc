@@ -58,6 +58,35 @@ TEST(CliTest, TrainTwoWorkersOneEpochWritesMetrics) {
   std::filesystem::remove(metrics);
 }
 
+// Gossip: the workers train apart, exchange over ZeroMQ on loopback, and end with one
+// model (the consensus average), which the metrics say with the exchange counts.
+TEST(CliTest, GossipTrainsAndEndsWithOneModel) {
+  const std::string metrics = temp_path("gossip.jsonl");
+  const auto r = run(std::string(GRADWIRE_CLI) +
+                         " train --workers 3 --strategy gossip --gossip-trigger period:2"
+                         " --topology exponential --epochs 1 --train-limit 1536 --test-limit 200"
+                         " --progress none --metrics " +
+                         metrics,
+                     300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("gossip: consensus"), std::string::npos) << r.output;
+  std::ifstream in(metrics);
+  std::string line;
+  nlohmann::json summary;
+  while (std::getline(in, line)) summary = nlohmann::json::parse(line);
+  ASSERT_EQ(summary["event"], "summary");
+  EXPECT_EQ(summary["strategy"], "gossip");
+  ASSERT_EQ(summary["param_checksums"].size(), 3u);
+  EXPECT_EQ(summary["param_checksums"][0], summary["param_checksums"][2]);
+  // 8 steps per worker, an offer every second step at most.
+  EXPECT_GE(summary["gossip_offers"].get<int>(), 3);
+  EXPECT_LE(summary["gossip_offers"].get<int>(), 12);
+  EXPECT_GE(summary["steps_between_exchanges_p50"].get<int>(), 2);
+  EXPECT_LT(summary["consensus_distance"].get<double>(), 1e-4);
+  EXPECT_EQ(summary["gossip_dropped_messages"], 0);
+  std::filesystem::remove(metrics);
+}
+
 // The benchmark names scripts rely on, with Google Benchmark's JSON and bytes_per_second,
 // on the Laplace input and the gradient captured from the Fashion-MNIST CNN.
 TEST(CliTest, BenchCodecsWritesNamedJson) {

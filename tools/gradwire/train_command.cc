@@ -85,6 +85,10 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
                                std::to_string(a.threads),
                                "--progress",
                                a.progress};
+  if (o.strategy == "gossip") {
+    cmd.insert(cmd.end(), {"--topology", o.gossip.topology, "--gossip-trigger", o.gossip.trigger,
+                           "--gossip-merge", o.gossip.merge});
+  }
   if (!o.data_dir.empty()) cmd.insert(cmd.end(), {"--data-dir", o.data_dir});
   if (!o.metrics_path.empty()) cmd.insert(cmd.end(), {"--metrics", o.metrics_path});
   if (!o.timeline_path.empty()) cmd.insert(cmd.end(), {"--timeline", o.timeline_path});
@@ -133,7 +137,10 @@ int launch_workers(TrainArgs& a) {
     if (a.on_worker_loss == "continue" || a.options.ps.consistency != "bsp") {
       for (int r = 1; r < a.workers; ++r) launch.may_fail.insert(r);
     }
-  } else if (!a.options.worker_speed.empty()) {
+  } else if (a.options.strategy == "gossip") {
+    launch.extra_env["GRADWIRE_PS_BIND"] = a.bind;  // where the workers listen for peers
+  }
+  if (a.options.strategy != "ps" && !a.options.worker_speed.empty()) {
     throw ConfigError("--worker-speed applies to --strategy ps");
   }
   launch.master_port = a.master_port;
@@ -156,9 +163,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--workers,-n", args->workers, "Number of worker processes")
       ->capture_default_str();
   cmd->add_option("--model", o.model, "cnn, cnn-wide or mlp")->capture_default_str();
-  cmd->add_option("--strategy", o.strategy, "Exchange strategy: allreduce or ps")
+  cmd->add_option("--strategy", o.strategy, "Exchange strategy: allreduce, ps or gossip")
       ->capture_default_str()
-      ->check(CLI::IsMember({"allreduce", "ps"}));
+      ->check(CLI::IsMember({"allreduce", "ps", "gossip"}));
   cmd->add_option("--servers", args->servers, "Parameter servers (--strategy ps)")
       ->capture_default_str();
   cmd->add_option("--consistency", o.ps.consistency, "bsp, ssp:S or asp (--strategy ps)")
@@ -184,7 +191,16 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "Servers checkpoint here; a job started on it resumes");
   cmd->add_option("--checkpoint-every", o.ps.checkpoint_every, "Updates between checkpoints")
       ->capture_default_str();
-  cmd->add_option("--bind", args->bind, "Address the servers listen on")->capture_default_str();
+  cmd->add_option("--bind", args->bind, "Address the servers (gossip: the workers) listen on")
+      ->capture_default_str();
+  cmd->add_option("--topology", o.gossip.topology,
+                  "Gossip: whom a worker exchanges with (ring, exponential, random[:seed=S])")
+      ->capture_default_str();
+  cmd->add_option("--gossip-trigger", o.gossip.trigger,
+                  "Gossip: when (every, period:K, adaptive[:calibration=..,kappa=..,t_max=..])")
+      ->capture_default_str();
+  cmd->add_option("--gossip-merge", o.gossip.merge, "Gossip: pairwise or push-sum")
+      ->capture_default_str();
   cmd->add_option("--weight-decay", o.weight_decay, "SGD weight decay")->capture_default_str();
   cmd->add_option("--compressor", o.compressor,
                   "Codec spec (none, fp16, int8, topk:density=0.01, powersgd:rank=2, ...), a "

@@ -1,5 +1,7 @@
 #include "gradwire/comm/rendezvous.h"
 
+#include <unistd.h>
+
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
 
@@ -240,6 +242,20 @@ std::string interface_address(const std::string& ifname) {
                       "' has no IPv4 address (interfaces with one: " + names + ")");
   }
   return found;
+}
+
+std::string advertised_endpoint(std::string endpoint, const std::string& socket_ifname) {
+  const auto any = endpoint.find("0.0.0.0");
+  if (any == std::string::npos) return endpoint;
+  std::string host;
+  if (!socket_ifname.empty()) {
+    host = interface_address(socket_ifname);
+  } else {
+    char name[256] = {0};
+    gethostname(name, sizeof(name) - 1);
+    host = name;
+  }
+  return endpoint.replace(any, 7, host);
 }
 
 }  // namespace gradwire::comm

@@ -69,6 +69,11 @@ WorkerJoin join_as_worker(const WorldInfo& world, const RoleInfo& role,
 // interfaces that exist when it has none.
 std::string interface_address(const std::string& ifname);
 
+// `endpoint` ("tcp://ADDRESS:PORT") as peers should connect to it: an endpoint bound to
+// 0.0.0.0 gets the address of `socket_ifname` when given (GLOO_SOCKET_IFNAME, the interface
+// the job talks over), else the host name.
+std::string advertised_endpoint(std::string endpoint, const std::string& socket_ifname);
+
 // A server publishes where it listens and returns the job's token.
 uint64_t join_as_server(const WorldInfo& world, const RoleInfo& role, const ConnectOptions& options,
                         const std::string& endpoint);

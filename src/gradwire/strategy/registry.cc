@@ -8,7 +8,7 @@
 
 namespace gradwire::strategy {
 
-std::vector<std::string> strategy_names() { return {"allreduce", "ps"}; }
+std::vector<std::string> strategy_names() { return {"allreduce", "ps", "gossip"}; }
 
 bool is_adaptive_codec(const std::string& codec) { return AdaptiveOptions::matches(codec); }
 
@@ -29,6 +29,11 @@ std::unique_ptr<Strategy> create_strategy(comm::Collectives& collectives,
                                                 allreduce);
     }
     return std::make_unique<AllreduceStrategy>(collectives, allreduce);
+  }
+  if (options.name == "gossip") {
+    throw ConfigError(
+        "strategy 'gossip' talks to peers over messages: DistributedOptimizer creates it "
+        "(DistributedOptions{.strategy = \"gossip\"})");
   }
   if (options.name == "ps") {
     throw ConfigError(

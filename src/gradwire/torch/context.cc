@@ -88,20 +88,9 @@ void serve(const comm::WorldInfo& world, const comm::RoleInfo& role,
   // program): an acknowledged final reply would let the server stop at once.
   transport.set_linger(
       std::min<std::chrono::milliseconds>(options.collective_timeout, std::chrono::seconds(30)));
-  std::string endpoint = transport.endpoint();
-  if (const auto any = endpoint.find("0.0.0.0"); any != std::string::npos) {
-    // Listening on every interface: tell workers an address they can reach, the one of
-    // the interface the job talks over (GLOO_SOCKET_IFNAME) when given, else the host name.
-    std::string host;
-    if (!options.socket_ifname.empty()) {
-      host = comm::interface_address(options.socket_ifname);
-    } else {
-      char name[256] = {0};
-      gethostname(name, sizeof(name) - 1);
-      host = name;
-    }
-    endpoint.replace(any, 7, host);
-  }
+  // Listening on every interface: tell workers an address they can reach.
+  const std::string endpoint =
+      comm::advertised_endpoint(transport.endpoint(), options.socket_ifname);
   strategy::ps::ServerOptions server_options;
   server_options.index = role.index;
   server_options.first_hello_timeout = options.collective_timeout;

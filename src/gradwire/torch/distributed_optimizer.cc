@@ -5,13 +5,16 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <random>
 #include <unordered_map>
 #include <unordered_set>
 
 #include "gradwire/comm/collectives.h"
+#include "gradwire/comm/rendezvous.h"
 #include "gradwire/comm/zmq_transport.h"
 #include "gradwire/compress/layer_classification.h"
 #include "gradwire/compress/policy.h"
@@ -20,6 +23,7 @@
 #include "gradwire/core/spec.h"
 #include "gradwire/core/timeline.h"
 #include "gradwire/strategy/agreement.h"
+#include "gradwire/strategy/gossip/gossip_strategy.h"
 #include "gradwire/strategy/ps/ps_strategy.h"
 #include "gradwire/strategy/ps/updater.h"
 #include "gradwire/strategy/registry.h"
@@ -191,6 +195,43 @@ MomentumCorrection apply_momentum_correction(torch::optim::Optimizer& optimizer,
   return out;
 }
 
+std::unique_ptr<strategy::Strategy> make_gossip_strategy(const std::shared_ptr<Context>& context,
+                                                         const std::string& codec,
+                                                         const GossipOptions& gossip) {
+  if (!(gossip.peer_timeout_s > 0)) throw ConfigError("gossip peer timeout must be positive");
+  auto& collectives = context->collectives();
+  strategy::gossip::GossipOptions o;
+  o.topology = gossip.topology;
+  o.trigger = gossip.trigger;
+  o.merge = gossip.merge;
+  o.codec = codec;
+  o.peer_timeout = std::chrono::milliseconds(static_cast<int64_t>(gossip.peer_timeout_s * 1000));
+  // The job's token: rank 0 draws it, every worker learns it before any message flows.
+  uint64_t token = 0;
+  if (collectives.rank() == 0)
+    token = (uint64_t{std::random_device{}()} << 32) | std::random_device{}();
+  collectives.broadcast(&token, sizeof token, 0);
+  o.token = token;
+  const std::string bind = context->options().ps_bind;
+  const std::string ifname = context->options().socket_ifname;
+  auto connect = [bind, ifname](comm::Collectives& c) -> std::unique_ptr<comm::Transport> {
+    auto transport =
+        std::make_unique<comm::ZmqPeerTransport>(strategy::gossip::peer_name(c.rank()), bind);
+    const std::string mine = comm::advertised_endpoint(transport->endpoint(), ifname);
+    const auto all = c.allgather_bytes(
+        std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(mine.data()), mine.size()));
+    std::vector<std::pair<std::string, std::string>> peers;
+    for (int r = 0; r < c.size(); ++r) {
+      if (r != c.rank())
+        peers.emplace_back(strategy::gossip::peer_name(r),
+                           std::string(all[r].begin(), all[r].end()));
+    }
+    transport->connect(std::move(peers));
+    return transport;
+  };
+  return std::make_unique<strategy::gossip::GossipStrategy>(collectives, connect, o);
+}
+
 std::unique_ptr<strategy::Strategy> make_ps_strategy(const Context& context,
                                                      torch::optim::Optimizer& optimizer,
                                                      const std::string& codec,
@@ -333,7 +374,9 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
   if (!optimizer) throw ConfigError("DistributedOptimizer needs an optimizer");
   impl_->context = std::move(context);
   impl_->optimizer = std::move(optimizer);
-  impl_->broadcast_buffers = options.broadcast_buffers && options.strategy != "ps";
+  // Parameter-server and gossip workers do not step together: no per-step collective.
+  impl_->broadcast_buffers =
+      options.broadcast_buffers && options.strategy != "ps" && options.strategy != "gossip";
 
   // Everything a user can get wrong locally is checked before any collective.
   const NamedTensors params = exchanged_parameters(model);
@@ -363,7 +406,8 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
   }
   // The adaptive codecs' plans (none, fp16, bf16, int8, powersgd) need no momentum
   // correction: none of them feeds error feedback through an allgather.
-  if (options.momentum_correction && !adaptive) {
+  // Gossip's codec compresses models, not gradients: the optimizer keeps its momentum.
+  if (options.momentum_correction && !adaptive && options.strategy != "gossip") {
     auto correction = apply_momentum_correction(*impl_->optimizer, codec, tensors);
     codec = std::move(correction.codec);
     for (const auto& p : impl_->params) {
@@ -376,6 +420,8 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
 
   if (options.strategy == "ps") {
     impl_->strategy = make_ps_strategy(*impl_->context, *impl_->optimizer, codec, options.ps);
+  } else if (options.strategy == "gossip") {
+    impl_->strategy = make_gossip_strategy(impl_->context, codec, options.gossip);
   } else {
     strategy::StrategyOptions strategy_options;
     strategy_options.name = options.strategy;
@@ -462,6 +508,31 @@ torch::Tensor DistributedOptimizer::step() {
 torch::optim::Optimizer& DistributedOptimizer::optimizer() { return *impl_->optimizer; }
 
 const std::string& DistributedOptimizer::codec_spec() const { return impl_->codec_spec; }
+
+std::optional<GossipSummary> DistributedOptimizer::gossip_summary() {
+  auto* gossip = dynamic_cast<strategy::gossip::GossipStrategy*>(impl_->strategy.get());
+  if (!gossip) return std::nullopt;
+  torch::NoGradGuard no_grad;
+  const auto& s = gossip->stats();
+  GossipSummary out;
+  out.offers = s.offers;
+  out.merges = s.merges;
+  out.busy = s.busy;
+  out.dropped_messages = s.dropped_messages;
+  out.bytes_sent = s.bytes_sent;
+  out.dropped_peers = s.dropped_peers;
+  if (!s.steps_between.empty()) {
+    std::vector<uint64_t> sorted = s.steps_between;
+    std::sort(sorted.begin(), sorted.end());
+    double sum = 0;
+    for (uint64_t v : sorted) sum += static_cast<double>(v);
+    out.steps_between_mean = sum / static_cast<double>(sorted.size());
+    out.steps_between_p50 = sorted[sorted.size() / 2];
+    out.steps_between_max = sorted.back();
+  }
+  out.consensus_distance = gossip->consensus_distance();
+  return out;
+}
 
 std::vector<CodecDecision> DistributedOptimizer::take_codec_decisions() {
   std::vector<CodecDecision> out;

@@ -50,6 +50,8 @@ struct TrainOptions {
   // Strategy "ps": the servers' options. The job trains epochs x (training samples) samples
   // over all workers together (a sample budget), so faster workers do more steps.
   ParameterServerOptions ps;
+  // Strategy "gossip": topology, trigger, merge, peer timeout.
+  GossipOptions gossip;
   // Per-worker speed, to make staleness real on one machine: "" (all 1), a list
   // "1,1,1,0.25" (one per worker), or "random:SEED" (uniform in [0.25, 1]). A worker of
   // speed s sleeps (1/s - 1) x its compute time after each step's computation.

@@ -337,4 +337,21 @@ std::optional<JobSummary> GossipStrategy::finish() {
   return std::nullopt;
 }
 
+double GossipStrategy::consensus_distance() {
+  if (!transport_) throw Error("GossipStrategy::consensus_distance called before start");
+  const float scale = 1.0f / static_cast<float>(collectives_.size());
+  double sq = 0;
+  for (const auto& x : params_) {
+    std::vector<float> mean(x.begin(), x.end());
+    collectives_.allreduce_sum(mean.data(), mean.size(), comm::DataType::kFloat32);
+    for (size_t i = 0; i < x.size(); ++i) {
+      const double d = static_cast<double>(x[i]) - mean[i] * scale;
+      sq += d * d;
+    }
+  }
+  float mine = static_cast<float>(std::sqrt(sq));
+  collectives_.allreduce_sum(&mine, 1, comm::DataType::kFloat32);
+  return mine * scale;
+}
+
 }  // namespace gradwire::strategy::gossip

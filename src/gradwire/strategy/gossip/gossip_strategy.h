@@ -86,6 +86,9 @@ class GossipStrategy : public Strategy {
   std::optional<JobSummary> finish() override;
 
   const GossipStats& stats() const { return stats_; }
+  // Collective (every worker calls it at the same point): the mean over workers of
+  // ||x_i - x_bar||, x_bar the average model. 0 after finish().
+  double consensus_distance();
   // The canonical options, for logs ("ring, adaptive:..., pairwise, codec none").
   std::string describe() const;
 
