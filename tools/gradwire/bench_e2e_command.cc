@@ -431,8 +431,9 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
       ->capture_default_str();
   e2e->add_option("--models", args->models, "models, comma-separated")->capture_default_str();
   e2e->add_option("--configs", args->configs,
-                  "configurations (space-separated): ddp:HOOK, ps:UPDATER[:CONSISTENCY] or a "
-                  "codec spec; default: every DDP hook and gradwire's main codecs");
+                  "configurations (space-separated): ddp:HOOK, ps:UPDATER[:CONSISTENCY], "
+                  "gossip:TRIGGER (every, period:K, adaptive) or a codec spec; default: every "
+                  "DDP hook and gradwire's main codecs");
   e2e->add_option("--epochs", s.epochs)->capture_default_str();
   e2e->add_option("--target-accuracy", args->targets,
                   "test accuracy to time: 0.88, 88, or per model cnn=0.88,cnn-wide=0.89")

@@ -9,6 +9,7 @@
 
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
+#include "gradwire/strategy/gossip/trigger.h"
 #include "gradwire/strategy/ps/job.h"
 #include "gradwire/strategy/ps/updater.h"
 #include "gradwire/strategy/registry.h"
@@ -107,6 +108,15 @@ Config parse_config(const std::string& text) {
     strategy::ps::Consistency::parse(c.consistency);  // ConfigError naming the choices
     return c;
   }
+  if (text.rfind("gossip:", 0) == 0) {
+    c.gossip_trigger = text.substr(7);
+    try {
+      strategy::gossip::Trigger::parse(c.gossip_trigger);
+    } catch (const ConfigError& e) {
+      throw ConfigError("configuration '" + text + "': " + e.what());
+    }
+    return c;
+  }
   if (text.empty()) throw ConfigError("an empty configuration in --configs");
   try {
     strategy::canonical_codec(text);  // a layer policy or an adaptive codec (auto)
@@ -189,6 +199,9 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
            run.config.consistency,
            "--momentum",
            number(s.async_momentum)};
+  } else if (run.config.gossip()) {
+    cmd = {self,         "train",    "--worker", "--strategy", "gossip", "--gossip-trigger",
+           run.config.gossip_trigger, "--momentum", number(s.momentum)};
   } else {
     cmd = {self,         "train",           "--worker", "--compressor", run.config.codec,
            "--momentum", number(s.momentum)};
@@ -198,6 +211,8 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
 }
 
 std::vector<std::string> run_environment(const Run& run) {
+  // Gossip workers listen for their peers on their host's link.
+  if (run.config.gossip()) return {"GRADWIRE_PS_BIND=0.0.0.0"};
   if (!run.config.ps()) return {};
   // The server is the last rank, alone on the extra host; it listens on that host's link.
   return {"GRADWIRE_NUM_SERVERS=1", "GRADWIRE_PS_BIND=0.0.0.0"};

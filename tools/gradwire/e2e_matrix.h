@@ -53,7 +53,9 @@ struct Config {
   std::string hook;                  // ddp: allreduce, fp16, bf16, powersgd
   std::string codec;                 // gradwire allreduce: the --compressor spec
   std::string updater, consistency;  // ps
+  std::string gossip_trigger;        // gossip: every, period:K, adaptive (ring topology)
   bool ps() const { return !updater.empty(); }
+  bool gossip() const { return !gossip_trigger.empty(); }
 };
 
 // ConfigError for an unknown hook, updater, consistency or codec, before any run starts.
