@@ -17,8 +17,9 @@
 //
 // Messages are serviced at every step (after the optimizer's update), so an answer takes
 // at most one of the peer's steps. A peer that has not answered an offer within
-// `peer_timeout` is dropped from the topology (its later messages are still dropped
-// silently, never applied). Messages with a wrong token, from an unknown sender, or
+// `peer_timeout` is dropped from the topology: no more offers to it (an answer that comes
+// after the timeout is dropped, so that merge happened on the peer's side only: the price
+// of never waiting forever). Messages with a wrong token, from an unknown sender, or
 // malformed, are dropped and counted.
 //
 // finish(): stops offering, drains (answers offers with Busy, waits for its own offer to
