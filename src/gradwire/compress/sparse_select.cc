@@ -107,76 +107,6 @@ inline double sum4(F4 v) {
 
 inline void store4(float* p, F4 v) { std::memcpy(p, &v, sizeof(v)); }
 
-// Sum and max of |a_i - mu|. With kAdd, a_i += g_i first, stored back: error feedback's
-// accumulate folded into the fit's pass, with the same blocks and the same order of sums, so
-// both give bit for bit the same statistics of the same values.
-template <bool kAdd>
-[[gnu::always_inline]] inline void abs_stats_body(const float* __restrict g, float* __restrict a,
-                                                  size_t n, float mu, double* __restrict sum_out,
-                                                  float* __restrict max_out) {
-  const F4 m = {mu, mu, mu, mu};
-  const auto value4 = [&](size_t at) {
-    F4 x = load4(a + at);
-    if constexpr (kAdd) {
-      x += load4(g + at);
-      store4(a + at, x);
-    }
-    return x;
-  };
-  F4 top0 = {}, top1 = {}, top2 = {}, top3 = {};
-  double total = 0.0;
-  size_t i = 0;
-  while (i + kBlock <= n) {
-    F4 s0 = {}, s1 = {}, s2 = {}, s3 = {};
-    const size_t end = std::min(n, i + kChunk);
-    for (; i + kBlock <= end; i += kBlock) {
-      const F4 d0 = abs4(value4(i) - m);
-      const F4 d1 = abs4(value4(i + 4) - m);
-      const F4 d2 = abs4(value4(i + 8) - m);
-      const F4 d3 = abs4(value4(i + 12) - m);
-      s0 += d0;
-      s1 += d1;
-      s2 += d2;
-      s3 += d3;
-      // NaN compares false, so it never becomes the max (the sum carries it).
-      top0 = d0 > top0 ? d0 : top0;
-      top1 = d1 > top1 ? d1 : top1;
-      top2 = d2 > top2 ? d2 : top2;
-      top3 = d3 > top3 ? d3 : top3;
-    }
-    total += sum4((s0 + s1) + (s2 + s3));
-  }
-  top0 = top1 > top0 ? top1 : top0;
-  top2 = top3 > top2 ? top3 : top2;
-  top0 = top2 > top0 ? top2 : top0;
-  float mx = 0.0f;
-  for (int j = 0; j < 4; ++j) mx = top0[j] > mx ? top0[j] : mx;
-  for (; i < n; ++i) {
-    float x = a[i];
-    if constexpr (kAdd) {
-      x += g[i];
-      a[i] = x;
-    }
-    const float d = std::fabs(x - mu);
-    total += d;
-    mx = d > mx ? d : mx;
-  }
-  *sum_out = total;
-  *max_out = mx;
-}
-
-[[gnu::noinline]] void abs_stats_kernel(const float* __restrict a, size_t n, float mu,
-                                        double* __restrict sum_out, float* __restrict max_out) {
-  // Read only: the body writes `a` only when it adds.
-  abs_stats_body<false>(nullptr, const_cast<float*>(a), n, mu, sum_out, max_out);
-}
-
-[[gnu::noinline]] void add_abs_stats_kernel(const float* __restrict g, float* __restrict a,
-                                            size_t n, float mu, double* __restrict sum_out,
-                                            float* __restrict max_out) {
-  abs_stats_body<true>(g, a, n, mu, sum_out, max_out);
-}
-
 [[gnu::noinline]] void moments_kernel(const float* __restrict a, size_t n,
                                       double* __restrict sum_out, double* __restrict sq_out) {
   double sum = 0.0;
@@ -232,10 +162,11 @@ inline unsigned block_mask(I4 h0, I4 h1, I4 h2, I4 h3) {
   return static_cast<unsigned>((v[0] | v[1]) | (v[2] | v[3]));
 }
 
-// The fit pass over one chunk's whole blocks, from i up to end, keeping survivors: the
-// same float partial sums and maxima as abs_stats_body (so the same totals, bit for bit),
-// and every element whose key exceeds kk is stored (the caller leaves room for a whole
-// chunk). With kAdd, a_i += g_i first. Returns the chunk's sum; i moves past its blocks.
+// The fit pass (sum and max of d_i = |a_i - mu|) over one chunk's whole blocks, from i up
+// to end, storing every element whose key exceeds kk (the caller leaves room for a whole
+// chunk). With kAdd, a_i += g_i first, stored back (error feedback's accumulate). Float
+// partial sums per chunk, folded into a double by the caller, so that the totals do not
+// depend on how the pass was cut. Returns the chunk's sum; i moves past its blocks.
 template <bool kAdd>
 [[gnu::noinline]] double fit_keep_chunk(const float* __restrict g, float* __restrict a, size_t& i,
                                         size_t end, float mu, int32_t kk, F4* __restrict tops,
@@ -401,22 +332,6 @@ void read_sparse_body_add(ByteReader& reader, const SparseBodyNames& names,
 
 // --- statistics ------------------------------------------------------------------------------
 
-AbsStats abs_stats(std::span<const float> a, float mu) {
-  AbsStats s;
-  abs_stats_kernel(a.data(), a.size(), mu, &s.sum, &s.max);
-  return s;
-}
-
-AbsStats add_abs_stats(std::span<const float> g, std::span<float> a, float mu) {
-  if (g.size() != a.size()) {
-    throw Error("add_abs_stats: " + std::to_string(g.size()) + " gradient elements for " +
-                std::to_string(a.size()) + " accumulated ones");
-  }
-  AbsStats s;
-  add_abs_stats_kernel(g.data(), a.data(), a.size(), mu, &s.sum, &s.max);
-  return s;
-}
-
 MeanStd mean_std(std::span<const float> a) {
   MeanStd m;
   const size_t n = a.size();
@@ -528,7 +443,6 @@ AbsStats ThresholdSelector::fit_pass(const float* g, float* a, float keep) {
   double total = 0.0;
   size_t stored = 0;
   size_t i = 0;
-  // The chunks and the order of the sums are abs_stats_body's.
   while (i + kBlock <= n) {
     const size_t end = std::min(n, i + kChunk);
     if (stored + kChunk > limit) kk = raise_keep(stored, kk, i);

@@ -54,9 +54,6 @@ struct AbsStats {
   double sum = 0.0;  // sum of |a_i - mu| (NaN or infinity when a_i is)
   float max = 0.0f;  // max of |a_i - mu| over the non-NaN elements
 };
-AbsStats abs_stats(std::span<const float> a, float mu);
-// a_i += g_i, then abs_stats(a, mu), in one pass: bit for bit the same as the two apart.
-AbsStats add_abs_stats(std::span<const float> g, std::span<float> a, float mu);
 
 struct MeanStd {
   double mean = 0.0;
@@ -80,12 +77,13 @@ class ThresholdSelector {
   void reset(std::span<const float> a, float mu, size_t capacity,
              float max_magnitude = std::numeric_limits<float>::infinity());
 
-  // reset() and the fit pass in one pass over `a`: returns abs_stats(a, mu), bit for bit,
-  // and keeps the survivors of `keep` as a count would, so that a first count at a
+  // reset() and the fit pass in one pass over `a`: returns the sum and max of |a_i - mu|
+  // (AbsStats), and keeps the survivors of `keep` as a count would, so that a first count at a
   // threshold >= keep reads only them (a good guess of keep, such as last step's final
   // threshold, makes the fit and the first count one pass). The max becomes max_magnitude.
   AbsStats fit_and_keep(std::span<const float> a, float mu, size_t capacity, float keep);
-  // The same after a_i += g_i (error feedback's accumulate), in the same pass.
+  // The same after a_i += g_i (error feedback's accumulate), in the same pass: bit for bit
+  // what a_i += g_i then fit_and_keep(a, ...) give.
   AbsStats add_fit_and_keep(std::span<const float> g, std::span<float> a, float mu, size_t capacity,
                             float keep);
 
