@@ -284,6 +284,16 @@ TEST(AccordionTest, ALearningRateChangeSeenByOneRankIsCriticalOnAll) {
   }
 }
 
+TEST(AccordionTest, ASmoothScheduleIsNotALearningRateChange) {
+  // The rate falls 2% a step (a cosine-like schedule): no window sees it halve.
+  RunSettings settings;
+  settings.codec = "accordion:critical=fp16,normal=powersgd,window=2";
+  settings.steps = 12;
+  settings.lr = [](int, int s) { return 0.1 * std::pow(0.98, s); };
+  const auto runs = run_ranks(2, settings);
+  EXPECT_EQ(runs[0].plan_per_step, plans_by_step({{0, "fp16"}, {4, "powersgd"}}, 12));
+}
+
 TEST(AutoTest, ASlowLinkSelectsPowerSgdOnceTrainingIsOutOfItsCriticalStart) {
   // A 256 x 1024 weight (1 MiB of fp32) over a simulated 2 MB/s link: a step of none waits
   // about 0.5 s for the wire, fp16 half that, PowerSGD (rank 2: 10 KB) about 5 ms, so its

@@ -155,8 +155,11 @@ void AdaptiveStrategy::gradient_ready(size_t index, std::span<float> grad) {
 }
 
 void AdaptiveStrategy::set_learning_rate(double lr) {
-  if (last_lr_ && lr != *last_lr_) lr_changed_ = true;
-  last_lr_ = lr;
+  // A change of at least half the rate since the last window end (a step schedule's
+  // decay), not the small per-step moves of a smooth schedule, which would keep every
+  // window critical.
+  if (!window_lr_) window_lr_ = lr;
+  if (std::abs(lr - *window_lr_) >= 0.5 * *window_lr_) lr_changed_ = true;
 }
 
 TrafficStats AdaptiveStrategy::traffic() const {
@@ -207,6 +210,7 @@ bool AdaptiveStrategy::update_regime(double local_norm, bool& lr_restart) {
   if (!detector_.observe(local_norm)) return false;
   float flags[2] = {detector_.critical() ? 1.0f : 0.0f, lr_changed_ ? 1.0f : 0.0f};
   collectives_.allreduce_max(flags, 2);
+  window_lr_.reset();  // the next window's reference is the next rate seen
   lr_changed_ = false;
   lr_restart = flags[1] > 0;
   if (lr_restart) detector_.restart();

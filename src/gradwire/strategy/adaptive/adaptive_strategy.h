@@ -9,8 +9,9 @@
 //     allreduce-max) and choose_plan() picks. Plans that compress are charged `penalty`
 //     for the steps they may cost and are not used in a critical regime (Accordion's
 //     RegimeDetector over the gradient norm). It measures again every
-//     `reprobe` steps (0: never), after a learning-rate change, and when the regime lets
-//     in plans it has not measured.
+//     `reprobe` steps (0: never), after a learning-rate change (by half or more since the
+//     last window end: a step schedule's decay), and when the regime lets in plans it has
+//     not measured.
 //   accordion[:critical=fp16,normal=powersgd,rank=2,window=50,eta=0.5]
 //     Accordion itself: plan `critical` in critical regimes, `normal` elsewhere.
 //
@@ -100,12 +101,12 @@ class AdaptiveStrategy : public Strategy {
   uint64_t step_ = 0;  // steps synchronized
   std::optional<Clock::time_point> last_end_;
 
-  RegimeDetector detector_;         // fed this rank's gradient norm, before the exchange
-  std::vector<double> grad_sq_;     // per tensor: its squared norm this step
-  std::vector<uint8_t> grad_seen_;  // per tensor: reported by gradient_ready this step
-  bool critical_ = true;            // agreed
-  std::optional<double> last_lr_;
-  bool lr_changed_ = false;  // seen locally, not yet agreed
+  RegimeDetector detector_;          // fed this rank's gradient norm, before the exchange
+  std::vector<double> grad_sq_;      // per tensor: its squared norm this step
+  std::vector<uint8_t> grad_seen_;   // per tensor: reported by gradient_ready this step
+  bool critical_ = true;             // agreed
+  std::optional<double> window_lr_;  // the learning rate changes are measured against
+  bool lr_changed_ = false;          // seen locally, not yet agreed
 
   // auto
   std::vector<double> measured_ms_;  // agreed median ms/step per plan; 0: not measured
