@@ -694,6 +694,24 @@ TEST(ParameterServerProtocol, ParsersRefuseEveryTruncation) {
   EXPECT_TRUE(parsed.slices[0] == hello.slices[0]);
 }
 
+TEST(ParameterServerProtocol, GoodbyeSaysWhetherTheWorkerWaitsForTheFinalMessage) {
+  MessageHeader h;
+  h.token = kToken;
+  for (const bool wants : {true, false}) {
+    ByeMessage bye{{64, 1.0, 8, 32, 0}, "ab"};
+    bye.wants_final = wants;
+    const Bytes bytes = encode(h, bye);
+    ByteReader reader(bytes);
+    MessageHeader::read(reader);
+    EXPECT_EQ(parse_bye(reader).wants_final, wants);
+  }
+  Bytes bad = encode(h, ByeMessage{});
+  bad.back() = 2;  // the flag is 0 or 1
+  ByteReader reader(bad);
+  MessageHeader::read(reader);
+  EXPECT_THROW(parse_bye(reader), PayloadError);
+}
+
 TEST(ParameterServerJob, ConfigRoundTripsAndOptionsAreChecked) {
   JobConfig c = base_config(4, 2);
   c.consistency = Consistency::parse("ssp:3");

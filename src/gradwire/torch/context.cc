@@ -83,9 +83,9 @@ void serve(const comm::WorldInfo& world, const comm::RoleInfo& role,
   comm::ZmqServerTransport transport("server" + std::to_string(role.index), bind);
   // The last replies (whole models) still go out after run() returns: on a slow link that
   // takes seconds, so the socket waits for them on close, up to the collective timeout but
-  // no more than 30 s (a model of about 375 MB at 100 Mbit). ZeroMQ sometimes keeps a reply
-  // to a worker that has already left pending until the linger ends (seen with the example
-  // program): an acknowledged final reply would let the server stop at once.
+  // no more than 30 s (a model of about 375 MB at 100 Mbit). A worker that leaves without
+  // waiting (destroyed without finish()) says so in its goodbye and gets no final reply,
+  // which ZeroMQ would otherwise keep for the whole linger.
   transport.set_linger(
       std::min<std::chrono::milliseconds>(options.collective_timeout, std::chrono::seconds(30)));
   // Listening on every interface: tell workers an address they can reach.

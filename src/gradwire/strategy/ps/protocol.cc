@@ -245,6 +245,7 @@ Bytes encode(const MessageHeader& header, const ByeMessage& m) {
   ByteWriter writer(out);
   put_stats(writer, m.stats);
   writer.put_string(m.checksum);
+  writer.put<uint8_t>(m.wants_final ? 1 : 0);
   return out;
 }
 
@@ -252,6 +253,12 @@ ByeMessage parse_bye(ByteReader& reader) {
   ByeMessage m;
   m.stats = get_stats(reader);
   m.checksum = reader.get_string("checksum");
+  const uint8_t wants_final = reader.get<uint8_t>("wants-final flag");
+  if (wants_final > 1) {
+    throw PayloadError("bye message: wants-final flag " + std::to_string(wants_final) +
+                       " (0 or 1)");
+  }
+  m.wants_final = wants_final == 1;
   reader.expect_end("bye message");
   return m;
 }

@@ -39,7 +39,7 @@ const char* message_type_name(MessageType type);
 
 struct MessageHeader {
   static constexpr uint32_t kMagic = 0x53505747;  // "GWPS"
-  static constexpr uint8_t kVersion = 1;
+  static constexpr uint8_t kVersion = 2;          // 2: Bye carries wants_final
   static constexpr size_t kSize = 20;
   MessageType type = MessageType::kError;
   uint64_t token = 0;
@@ -103,6 +103,10 @@ struct PushMessage {
 struct ByeMessage {
   WorkerStats stats;
   std::string checksum;
+  // false: the worker is leaving without waiting (destroyed without finish()), so the
+  // server sends it nothing more. A final reply to a worker that is gone would sit in the
+  // server's socket, and closing it would wait the whole linger for a peer that never reads.
+  bool wants_final = true;
 };
 
 // Weights travel either whole (decoded into zeros) or as a delta against what the worker

@@ -39,13 +39,13 @@ ParameterServerStrategy::~ParameterServerStrategy() {
   // waiting, so the servers neither wait for this worker nor call it lost.
   if (!started_ || finished_) return;
   try {
-    send_goodbye();
+    send_goodbye(/*wants_final=*/false);
   } catch (const std::exception&) {
     // Nothing to do about it in a destructor; the servers will time this worker out.
   }
 }
 
-void ParameterServerStrategy::send_goodbye() {
+void ParameterServerStrategy::send_goodbye(bool wants_final) {
   finished_ = true;
   MessageHeader header;
   header.token = options_.token;
@@ -53,6 +53,7 @@ void ParameterServerStrategy::send_goodbye() {
   ByeMessage bye;
   bye.stats = stats_;
   bye.checksum = checksum();
+  bye.wants_final = wants_final;
   for (const auto& server : options_.servers) transport_->send(server, encode(header, bye));
 }
 
@@ -254,7 +255,7 @@ std::string ParameterServerStrategy::checksum() const {
 
 std::optional<JobSummary> ParameterServerStrategy::finish() {
   if (!started_ || finished_) throw ConfigError("finish before start() or twice");
-  send_goodbye();
+  send_goodbye(/*wants_final=*/true);
   const auto replies = await_replies(options_.worker == 0 ? "the end of the job" : "goodbye");
   JobSummary summary;
   StalenessHistogram staleness;

@@ -55,7 +55,8 @@ class ParameterServerStrategy : public Strategy {
   std::vector<Reply> await_replies(const char* what);
   void apply_weights(const Reply& reply);
   std::string checksum() const;
-  void send_goodbye();
+  // wants_final: finish() waits for the servers' final message; the destructor does not.
+  void send_goodbye(bool wants_final);
 
   std::unique_ptr<comm::Transport> transport_;
   WorkerOptions options_;

@@ -467,7 +467,7 @@ struct ParameterServer::Impl {
     w.stats = bye.stats;
     w.checksum = bye.checksum;
     w.done = true;
-    w.pending = Pending::kFinal;
+    w.pending = bye.wants_final ? Pending::kFinal : Pending::kNothing;
     if (config.consistency.mode == Consistency::Mode::kBsp) apply_bsp_if_complete();
   }
 
