@@ -25,8 +25,8 @@ std::vector<float> rank_one(float scale) {
 }
 
 TEST(PowerSgdTest, SpecAndFaces) {
-  EXPECT_EQ(canonical_spec("powersgd"), "powersgd:ef=1,rank=2,seed=0");
-  EXPECT_EQ(canonical_spec("powersgd:rank=4,ef=0"), "powersgd:ef=0,rank=4,seed=0");
+  EXPECT_EQ(canonical_spec("powersgd"), "powersgd:ef=1,rank=2,seed=0,start=0");
+  EXPECT_EQ(canonical_spec("powersgd:rank=4,ef=0"), "powersgd:ef=0,rank=4,seed=0,start=0");
   EXPECT_THROW(canonical_spec("powersgd:rank=0"), ConfigError);
   EXPECT_THROW(canonical_spec("powersgd:density=1"), ConfigError);
   auto matrix = create_codec("powersgd", kMatrix);
@@ -101,6 +101,45 @@ TEST(PowerSgdTest, AllreduceStrategyAveragesFactorsAndKeepsVectorsExact) {
   EXPECT_EQ(results[0], results[1]);
   EXPECT_EQ(dense[0], (60u + 6u) * 4);
   EXPECT_EQ(sent[0], (6u + 10u + 6u) * 4);  // P (6x1) + Q (10x1) + the bias
+}
+
+// start=2: the first two steps are dense and exact, as DDP's start_powerSGD_iter; then
+// the factors. On both faces.
+TEST(PowerSgdTest, DenseStartSendsTheGradientItselfFirst) {
+  auto codec = create_codec("powersgd:rank=1,ef=0,start=2", kMatrix);
+  std::vector<float> g(60);
+  for (size_t i = 0; i < g.size(); ++i) g[i] = std::sin(0.7f * static_cast<float>(i));  // rank > 1
+  for (int step = 0; step < 3; ++step) {
+    Bytes payload;
+    codec->encode(g, payload);
+    std::vector<float> decoded(60, 0.0f);
+    codec->decode_add(payload, decoded);
+    if (step < 2) {
+      EXPECT_EQ(decoded, g) << step;
+      EXPECT_EQ(payload.size(), PayloadHeader::kSize + 12 + 60 * 4) << step;
+    } else {
+      EXPECT_NE(decoded, g);
+      EXPECT_EQ(payload.size(), PayloadHeader::kSize + 12 + (6 + 10) * 4);
+    }
+  }
+  std::vector<std::vector<float>> firsts(2), thirds(2);
+  comm::run_local_ranks(2, 5s, [&](comm::Collectives& c) {
+    strategy::AllreduceStrategy s(c, {.codec = "powersgd:rank=1,ef=0,start=2"});
+    std::vector<float> w(60);
+    s.start(std::vector<TensorInfo>{kMatrix}, {w});
+    for (int step = 0; step < 3; ++step) {
+      std::vector<float> grad(60);
+      for (size_t i = 0; i < 60; ++i) grad[i] = g[i] * static_cast<float>(c.rank() + 1);
+      s.synchronize({grad});
+      if (step == 0) firsts[c.rank()] = grad;
+      if (step == 2) thirds[c.rank()] = grad;
+    }
+  });
+  for (size_t i = 0; i < 60; ++i) EXPECT_FLOAT_EQ(firsts[0][i], 1.5f * g[i]) << i;  // the mean
+  EXPECT_EQ(thirds[0], thirds[1]);
+  bool exact = true;
+  for (size_t i = 0; i < 60; ++i) exact = exact && thirds[0][i] == 1.5f * g[i];
+  EXPECT_FALSE(exact);  // rank one now
 }
 
 }  // namespace

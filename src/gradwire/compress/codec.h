@@ -139,6 +139,10 @@ class Codec {
 class LowRankFace {
  public:
   virtual ~LowRankFace() = default;
+  // True during the codec's dense start: this step the strategy exchanges the gradient
+  // itself (an fp32 allreduce-mean) instead of the factors, then calls count_dense_step().
+  virtual bool dense_now() const { return false; }
+  virtual void count_dense_step() {}
   virtual size_t p_size() const = 0;
   virtual size_t q_size() const = 0;
   virtual void begin(std::span<const float> gradient, std::span<float> p) = 0;

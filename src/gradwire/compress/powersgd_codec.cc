@@ -1,5 +1,7 @@
 // `powersgd`: rank-r PowerSGD (Vogels et al. 2019; ALGORITHMS.md 3), spec
-// `powersgd:rank=2,ef=1,seed=0`.
+// `powersgd:rank=2,ef=1,seed=0,start=0`. `start`: the first `start` steps go dense (fp32,
+// exact), as DDP's start_powerSGD_iter: compression from the first step costs accuracy
+// that later steps do not win back (the error feedback starts from a poor Q).
 //
 // A tensor of two or more dimensions is a matrix M of n = shape[0] rows and m = numel/n
 // columns (a convolution weight: C_out x C_in*kh*kw). Q starts N(0, 1) from a generator
@@ -11,7 +13,8 @@
 //  * low rank (allreduce strategy): LowRankFace in codec.h, two allreduces per step.
 //  * message (other strategies): the local factors. encode: M = a + E, P = orth(M Q),
 //    Q = M^T P, send P and Q^T; decode_add: accum += P Q^T. Body: u32 rows | u32 cols |
-//    u32 rank | f32 P[rows*rank] | f32 Qt[rank*cols].
+//    u32 rank | f32 P[rows*rank] | f32 Qt[rank*cols]; during the dense start rank is 0 and
+//    the body holds the rows*cols values.
 // Tensors of fewer than two dimensions are not compressed: they behave exactly like `none`
 // (additive, fp32), as in the reference implementation.
 #include <algorithm>
@@ -70,8 +73,9 @@ uint64_t name_hash(const std::string& name) {
 
 class PowerSgdCodec final : public Codec, public LowRankFace {
  public:
-  PowerSgdCodec(const TensorInfo& tensor, size_t rank, bool ef, uint64_t seed, std::string spec)
-      : spec_(std::move(spec)), ef_(ef) {
+  PowerSgdCodec(const TensorInfo& tensor, size_t rank, bool ef, uint64_t seed, size_t start,
+                std::string spec)
+      : spec_(std::move(spec)), ef_(ef), start_(start) {
     const size_t numel = tensor.numel();
     matrix_ = tensor.shape.size() >= 2 && numel > 0;
     rows_ = matrix_ ? static_cast<size_t>(tensor.shape[0]) : numel;
@@ -98,6 +102,9 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
   void from_wire(const void* wire, std::span<float> out) const override {
     std::memcpy(out.data(), wire, out.size_bytes());
   }
+
+  bool dense_now() const override { return steps_ < start_; }
+  void count_dense_step() override { ++steps_; }
 
   size_t p_size() const override { return rows_ * rank_; }
   size_t q_size() const override { return rank_ * cols_; }
@@ -126,17 +133,19 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
       error_.resize(m_.size());
       for (size_t i = 0; i < m_.size(); ++i) error_[i] = m_[i] - gradient[i];
     }
+    ++steps_;
   }
 
   void encode(std::span<const float> input, Bytes& out) override {
     ByteWriter writer(out);
     PayloadHeader{CodecId::kPowerSgd, kPowerSgdVersion, checked_count(input.size(), id())}.write(
         writer);
-    if (!matrix_) {
+    if (!matrix_ || dense_now()) {
       writer.put<uint32_t>(static_cast<uint32_t>(rows_));
-      writer.put<uint32_t>(1);
+      writer.put<uint32_t>(static_cast<uint32_t>(cols_));
       writer.put<uint32_t>(0);
       writer.put_array<float>(input);
+      if (matrix_) count_dense_step();
       return;
     }
     p_.resize(p_size());
@@ -158,13 +167,14 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
     const uint32_t rows = reader.get<uint32_t>("rows");
     const uint32_t cols = reader.get<uint32_t>("cols");
     const uint32_t rank = reader.get<uint32_t>("rank");
-    if (rows != rows_ || cols != cols_ || (matrix_ ? rank != rank_ : rank != 0)) {
+    // Rank 0: dense values (a vector, or a matrix during the dense start).
+    if (rows != rows_ || cols != cols_ || (rank != 0 && (!matrix_ || rank != rank_))) {
       throw MismatchError(
           "'powersgd' payload is " + std::to_string(rows) + "x" + std::to_string(cols) +
           " of rank " + std::to_string(rank) + ", this tensor is " + std::to_string(rows_) + "x" +
           std::to_string(cols_) + " of rank " + std::to_string(matrix_ ? rank_ : 0));
     }
-    if (!matrix_) {
+    if (rank == 0) {
       const auto values = reader.get_bytes(accum.size() * sizeof(float), "values");
       reader.expect_end("'powersgd' payload");
       for (size_t i = 0; i < accum.size(); ++i) accum[i] += load_f32(values.data(), i);
@@ -234,6 +244,8 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
 
   std::string spec_;
   bool ef_;
+  size_t start_ = 0;  // dense steps first
+  size_t steps_ = 0;  // steps exchanged so far (dense or not)
   bool matrix_ = false;
   size_t rows_ = 0, cols_ = 0, rank_ = 0;
   std::vector<float> m_, p_, qt_, error_, column_, scratch_;
@@ -245,10 +257,13 @@ std::unique_ptr<Codec> make_powersgd_codec(SpecReader& reader, const TensorInfo&
   const long long rank = reader.get_int_in("rank", 2, 1, 1024);
   const bool ef = reader.get_bool("ef", true);
   const long long seed = reader.get_int_in("seed", 0, 0, INT64_MAX);
+  const long long start = reader.get_int_in("start", 0, 0, INT64_MAX);
   std::string spec = "powersgd:ef=" + std::string(ef ? "1" : "0") +
-                     ",rank=" + std::to_string(rank) + ",seed=" + std::to_string(seed);
+                     ",rank=" + std::to_string(rank) + ",seed=" + std::to_string(seed) +
+                     ",start=" + std::to_string(start);
   return std::make_unique<PowerSgdCodec>(tensor, static_cast<size_t>(rank), ef,
-                                         static_cast<uint64_t>(seed), std::move(spec));
+                                         static_cast<uint64_t>(seed), static_cast<size_t>(start),
+                                         std::move(spec));
 }
 
 }  // namespace gradwire::compress

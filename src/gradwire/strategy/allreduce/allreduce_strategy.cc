@@ -345,29 +345,55 @@ void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& g
 }
 
 // PowerSGD: P = M Q for every tensor, one allreduce; orthonormalise, Q = M^T P, one
-// allreduce; the averaged factors give every rank the same P Q^T.
+// allreduce; the averaged factors give every rank the same P Q^T. Tensors in their codec's
+// dense start go in one fp32 allreduce-mean of their own instead.
 void AllreduceStrategy::synchronize_low_rank(const FloatSpans& grads) {
   const float scale = 1.0f / static_cast<float>(collectives_.size());
-  size_t offset = 0;
-  for (size_t k : low_rank_) {
-    auto* face = codecs_[k]->low_rank();
-    face->begin(grads[k], std::span<float>(p_buffer_).subspan(offset, face->p_size()));
-    offset += face->p_size();
+  // Decided once for the step: counting a dense step may end the dense start.
+  dense_now_.resize(low_rank_.size());
+  dense_buffer_.clear();
+  for (size_t j = 0; j < low_rank_.size(); ++j) {
+    const size_t k = low_rank_[j];
+    dense_now_[j] = codecs_[k]->low_rank()->dense_now() ? 1 : 0;
+    if (dense_now_[j]) dense_buffer_.insert(dense_buffer_.end(), grads[k].begin(), grads[k].end());
   }
-  collectives_.allreduce_sum(p_buffer_.data(), p_buffer_.size(), comm::DataType::kFloat32);
-  for (float& v : p_buffer_) v *= scale;
-  size_t p_offset = 0, q_offset = 0;
-  for (size_t k : low_rank_) {
-    auto* face = codecs_[k]->low_rank();
+  if (!dense_buffer_.empty()) {
+    collectives_.allreduce_sum(dense_buffer_.data(), dense_buffer_.size(),
+                               comm::DataType::kFloat32);
+    size_t offset = 0;
+    for (size_t j = 0; j < low_rank_.size(); ++j) {
+      if (!dense_now_[j]) continue;
+      const size_t k = low_rank_[j];
+      for (float& v : grads[k]) v = dense_buffer_[offset++] * scale;
+      codecs_[k]->low_rank()->count_dense_step();
+      count_dense(grads[k].size_bytes());
+    }
+  }
+  size_t p_used = 0;
+  for (size_t j = 0; j < low_rank_.size(); ++j) {
+    if (dense_now_[j]) continue;
+    auto* face = codecs_[low_rank_[j]]->low_rank();
+    face->begin(grads[low_rank_[j]], std::span<float>(p_buffer_).subspan(p_used, face->p_size()));
+    p_used += face->p_size();
+  }
+  if (p_used == 0) return;  // every low-rank tensor is still in its dense start
+  collectives_.allreduce_sum(p_buffer_.data(), p_used, comm::DataType::kFloat32);
+  for (size_t i = 0; i < p_used; ++i) p_buffer_[i] *= scale;
+  size_t p_offset = 0, q_used = 0;
+  for (size_t j = 0; j < low_rank_.size(); ++j) {
+    if (dense_now_[j]) continue;
+    auto* face = codecs_[low_rank_[j]]->low_rank();
     face->middle(std::span<const float>(p_buffer_).subspan(p_offset, face->p_size()),
-                 std::span<float>(q_buffer_).subspan(q_offset, face->q_size()));
+                 std::span<float>(q_buffer_).subspan(q_used, face->q_size()));
     p_offset += face->p_size();
-    q_offset += face->q_size();
+    q_used += face->q_size();
   }
-  collectives_.allreduce_sum(q_buffer_.data(), q_buffer_.size(), comm::DataType::kFloat32);
-  for (float& v : q_buffer_) v *= scale;
-  q_offset = 0;
-  for (size_t k : low_rank_) {
+  collectives_.allreduce_sum(q_buffer_.data(), q_used, comm::DataType::kFloat32);
+  for (size_t i = 0; i < q_used; ++i) q_buffer_[i] *= scale;
+  size_t q_offset = 0;
+  for (size_t j = 0; j < low_rank_.size(); ++j) {
+    if (dense_now_[j]) continue;
+    const size_t k = low_rank_[j];
     auto* face = codecs_[k]->low_rank();
     face->end(std::span<const float>(q_buffer_).subspan(q_offset, face->q_size()), grads[k]);
     q_offset += face->q_size();

@@ -85,6 +85,8 @@ class AllreduceStrategy : public Strategy {
   std::vector<Bucket> buckets_;
   std::vector<size_t> low_rank_;            // tensors exchanged by synchronize_low_rank
   std::vector<float> p_buffer_, q_buffer_;  // their concatenated P and Q factors
+  std::vector<float> dense_buffer_;         // those in their dense start, concatenated
+  std::vector<uint8_t> dense_now_;          // per low_rank_ entry: dense this step
   std::vector<size_t> bucket_of_;           // per tensor: its bucket, or kNoBucket
   std::vector<size_t> bucket_tensors_;      // per bucket: how many tensors it holds
   TrafficStats traffic_;
