@@ -102,10 +102,10 @@ struct DistributedOptions {
   // instead of all of them in step(). Accumulating gradients over several backward passes
   // per step needs it off (a second backward before step() is refused with an error).
   bool overlap = true;
-  bool momentum_correction = true;  // see above
+  bool momentum_correction = true;  // see above (not for gossip: its codec carries models)
   // Copy rank 0's buffers to every rank after each step() (DDP's broadcast_buffers); false
-  // leaves each rank its own after construction. Strategy "ps" never does: its workers do
-  // not step together.
+  // leaves each rank its own after construction. Strategies "ps" and "gossip" never do:
+  // their workers do not step together.
   bool broadcast_buffers = true;
   ParameterServerOptions ps;
   GossipOptions gossip;

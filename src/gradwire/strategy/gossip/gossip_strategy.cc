@@ -210,7 +210,7 @@ void GossipStrategy::handle(const Message& m, const FloatSpans& params, bool fin
       reply.type = MessageType::kAnswer;
       Model mine;
       encode_model(params, reply, &mine);
-      send(sender, reply);
+      if (!send(sender, reply)) return;  // the offerer is gone: no merge on either side
       // x_j += (x^_i - x^_j) / 2
       for (size_t t = 0; t < params.size(); ++t) {
         for (size_t i = 0; i < params[t].size(); ++i) {
@@ -261,6 +261,7 @@ void GossipStrategy::handle(const Message& m, const FloatSpans& params, bool fin
       }
       weight_ = total;
       ++stats_.merges;
+      ++pushes_received_;
       return;
     }
   }
@@ -312,12 +313,16 @@ void GossipStrategy::after_update(const FloatSpans& params) {
 }
 
 void GossipStrategy::drain(const FloatSpans& params) {
-  // Until no worker has an offer out: answer offers with Busy, take answers to our own.
+  // Until no worker has an offer out and every push sent was taken (a push in flight at the
+  // consensus would lose its mass): answer offers with Busy, take answers and pushes.
   for (;;) {
     service(params, /*finishing=*/true);
-    float out = pending_ ? 1.0f : 0.0f;
-    collectives_.allreduce_max(&out, 1);
-    if (out == 0.0f) return;
+    float open[2] = {pending_ ? 1.0f : 0.0f,
+                     push_sum_ ? static_cast<float>(stats_.offers) -
+                                     static_cast<float>(pushes_received_)
+                               : 0.0f};
+    collectives_.allreduce_sum(open, 2, comm::DataType::kFloat32);
+    if (open[0] == 0.0f && open[1] == 0.0f) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
 }

@@ -119,6 +119,7 @@ class GossipStrategy : public Strategy {
   std::unique_ptr<Pending> pending_;           // this worker's offer in flight
   uint64_t next_exchange_ = 1;
   double weight_ = 1.0;  // push-sum's w
+  uint64_t pushes_received_ = 0;
   uint64_t steps_since_offer_ = 0;
   std::optional<double> last_lr_;
   GossipStats stats_;
