@@ -317,10 +317,9 @@ void GossipStrategy::drain(const FloatSpans& params) {
   // consensus would lose its mass): answer offers with Busy, take answers and pushes.
   for (;;) {
     service(params, /*finishing=*/true);
-    float open[2] = {pending_ ? 1.0f : 0.0f,
-                     push_sum_ ? static_cast<float>(stats_.offers) -
-                                     static_cast<float>(pushes_received_)
-                               : 0.0f};
+    float open[2] = {pending_ ? 1.0f : 0.0f, push_sum_ ? static_cast<float>(stats_.offers) -
+                                                             static_cast<float>(pushes_received_)
+                                                       : 0.0f};
     collectives_.allreduce_sum(open, 2, comm::DataType::kFloat32);
     if (open[0] == 0.0f && open[1] == 0.0f) return;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
