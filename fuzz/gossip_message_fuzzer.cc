@@ -17,8 +17,8 @@ extern "C" int LLVMFuzzerTestOneInput(const uint8_t* data, size_t size) {
     return 0;
   }
   if (again.size() != size || !std::equal(again.begin(), again.end(), data)) {
-    std::fprintf(stderr, "gossip message fuzz failure: %zu bytes parsed, %zu encoded back\n",
-                 size, again.size());
+    std::fprintf(stderr, "gossip message fuzz failure: %zu bytes parsed, %zu encoded back\n", size,
+                 again.size());
     std::abort();
   }
   return 0;

@@ -200,8 +200,15 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
            "--momentum",
            number(s.async_momentum)};
   } else if (run.config.gossip()) {
-    cmd = {self,         "train",    "--worker", "--strategy", "gossip", "--gossip-trigger",
-           run.config.gossip_trigger, "--momentum", number(s.momentum)};
+    cmd = {self,
+           "train",
+           "--worker",
+           "--strategy",
+           "gossip",
+           "--gossip-trigger",
+           run.config.gossip_trigger,
+           "--momentum",
+           number(s.momentum)};
   } else {
     cmd = {self,         "train",           "--worker", "--compressor", run.config.codec,
            "--momentum", number(s.momentum)};
