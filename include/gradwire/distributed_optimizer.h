@@ -78,17 +78,30 @@ struct GossipOptions {
   double peer_timeout_s = 30;      // a peer silent this long after an offer is dropped
 };
 
-// What a gossip worker did (DistributedOptimizer::gossip_summary()).
+// What gossip workers did (DistributedOptimizer::gossip_summary(), gossip_report()): one
+// worker's counters, or on rank 0 at a report or after finish() the job's (summed over the
+// workers that reported).
 struct GossipSummary {
-  uint64_t offers = 0;  // exchanges this worker started
-  uint64_t merges = 0;  // merges applied to its model
-  uint64_t busy = 0;    // offers a peer declined
+  uint64_t offers = 0;  // exchanges started
+  uint64_t merges = 0;  // merges applied to the models
+  uint64_t busy = 0;    // exchanges a peer declined
   uint64_t dropped_messages = 0;
-  uint64_t bytes_sent = 0;
-  double steps_between_mean = 0;  // local steps between this worker's offers
+  uint64_t bytes_sent = 0;         // the exchanges' messages
+  uint64_t bytes_bookkeeping = 0;  // reports to rank 0, the consensus, heartbeats
+  double steps_between_mean = 0;   // local steps between a worker's offers
   uint64_t steps_between_p50 = 0, steps_between_max = 0;
-  std::vector<int> dropped_peers;
-  double consensus_distance = 0;  // mean over workers of ||x_i - average||
+  std::vector<int> dropped_peers;  // peers some worker stopped offering to
+  // Job views only (rank 0): the workers whose models are in the average, those presumed
+  // lost (silent for the peer timeout), and the mean over the former of ||x_i - average||.
+  std::vector<int> reported, lost;
+  double consensus_distance = 0;
+};
+
+// Rank 0's view at a gossip report (DistributedOptimizer::gossip_report()).
+struct GossipReport {
+  GossipSummary summary;
+  std::vector<torch::Tensor> average;  // per parameter: the average of the reported models
+  std::vector<std::string> notes;      // per rank: its note ("" if it did not report)
 };
 
 struct DistributedOptions {
@@ -188,9 +201,18 @@ class DistributedOptimizer {
   const std::string& codec_spec() const;
   TrafficCounters traffic() const;
   const Context& context() const;
-  // Gossip only (nullopt otherwise), and collective: every worker calls it at the same
-  // point (it averages the models to measure the consensus distance).
-  std::optional<GossipSummary> gossip_summary();
+  // Gossip only (nullopt otherwise): this worker's counters, and on rank 0 after finish()
+  // the job's. Not collective.
+  std::optional<GossipSummary> gossip_summary() const;
+  // Gossip only: every worker calls it at the same step (an evaluation point). The others
+  // send their model, counters and `note` to rank 0 and return nullopt at once; rank 0
+  // waits for them (a worker silent for the peer timeout is presumed lost and left out) and
+  // gets the average model, the consensus distance and the job's counters. No collective:
+  // the job goes on when a worker dies.
+  std::optional<GossipReport> gossip_report(const std::string& note = "");
+  // Gossip only: finish() with a note to rank 0, which gets the final report (its
+  // `average` is the model every worker now holds).
+  std::optional<GossipReport> finish_gossip(const std::string& note = "");
   // The adaptive codecs' decisions since the last call, the same on every rank (empty for
   // a fixed codec). Log them from one rank.
   std::vector<CodecDecision> take_codec_decisions();
@@ -202,7 +224,9 @@ class DistributedOptimizer {
   // Tells the servers this worker is done. Worker 0 waits for every worker, then holds the
   // servers' final model and gets the job's summary; other workers return at once. A
   // DistributedOptimizer destroyed without finish() says goodbye without waiting.
-  // Gossip: collective; ends the exchanges and makes every worker's model the average.
+  // Gossip: ends the exchanges and makes every worker's model the average of all the
+  // workers' models, through rank 0 (no collective; a lost worker is left out). Throws on a
+  // worker that rank 0 does not answer within the peer timeout.
   std::optional<JobSummary> finish();
 
  private:

@@ -2,7 +2,9 @@
 
 #include <gtest/gtest.h>
 
+#include <atomic>
 #include <cmath>
+#include <optional>
 #include <random>
 #include <thread>
 
@@ -216,6 +218,115 @@ TEST(GossipStrategyTest, StrangersAndGarbageAreDroppedAndCounted) {
   });
   EXPECT_EQ(stats[0].dropped_messages, 2u);
   EXPECT_GT(stats[0].merges + stats[1].merges, 0u);  // the workers still talked
+}
+
+TEST(GossipStrategyTest, AReportGivesRankZeroTheExactAverageAndConsensusDistance) {
+  // No exchange (the period is never reached): the view is of the models as set.
+  const int world = 3;
+  const auto tensors = small_model();
+  auto network = comm::InprocNetwork::create();
+  std::optional<JobView> view;
+  comm::run_local_ranks(world, 30s, [&](comm::Collectives& c) {
+    Worker w(tensors);
+    GossipOptions options;
+    options.trigger = "period:1000000";
+    GossipStrategy strategy(
+        c, [&](comm::Collectives& cc) { return network->endpoint(peer_name(cc.rank())); }, options);
+    strategy.start(tensors, w.spans);
+    size_t i = 0;
+    for (auto& p : w.params) {
+      for (float& v : p) v = dyadic(c.rank(), i++);
+    }
+    for (int s = 0; s < 3; ++s) {
+      strategy.synchronize(w.spans);
+      strategy.after_update(w.spans);
+    }
+    const std::string note = "worker " + std::to_string(c.rank());
+    auto mine = strategy.report(Bytes(note.begin(), note.end()));
+    EXPECT_EQ(mine.has_value(), c.rank() == 0);
+    if (mine) view = std::move(mine);
+    strategy.finish();
+  });
+  ASSERT_TRUE(view);
+  EXPECT_EQ(view->reported, (std::vector<int>{0, 1, 2}));
+  EXPECT_TRUE(view->lost.empty());
+  EXPECT_EQ(view->totals.steps, 9u);
+  EXPECT_EQ(view->totals.offers, 0u);
+  for (int r = 0; r < world; ++r) {
+    EXPECT_EQ(std::string(view->notes[r].begin(), view->notes[r].end()),
+              "worker " + std::to_string(r));
+  }
+  const auto average = flat(view->average);
+  double distance = 0;
+  for (int r = 0; r < world; ++r) {
+    double sq = 0;
+    for (size_t i = 0; i < average.size(); ++i) {
+      const double mean = (dyadic(0, i) + dyadic(1, i) + dyadic(2, i)) / 3.0;
+      EXPECT_EQ(average[i], static_cast<float>(mean)) << i;
+      const double d = static_cast<double>(dyadic(r, i)) - average[i];
+      sq += d * d;
+    }
+    distance += std::sqrt(sq) / world;
+  }
+  EXPECT_NEAR(view->consensus_distance, distance, 1e-9 * distance);
+}
+
+TEST(GossipStrategyTest, AWorkerThatStopsAnsweringIsDroppedAndTheOthersFinish) {
+  // Worker 2 hangs after a few steps (its transport stays up, it answers nothing and sends
+  // no heartbeat). Its ring neighbours drop it after the peer timeout, rank 0 leaves it out
+  // of the reports and of the consensus, and the three others end with one model.
+  const int world = 4;
+  const auto tensors = small_model();
+  auto network = comm::InprocNetwork::create();
+  std::atomic<bool> done{false};
+  std::optional<JobView> report_view, final_view;
+  std::vector<std::vector<std::vector<float>>> after(world);
+  std::vector<GossipStats> stats(world);
+  comm::run_local_ranks(world, 60s, [&](comm::Collectives& c) {
+    Worker w(tensors);
+    GossipOptions options;
+    options.trigger = "every";
+    options.peer_timeout = 400ms;
+    GossipStrategy strategy(
+        c, [&](comm::Collectives& cc) { return network->endpoint(peer_name(cc.rank())); }, options);
+    strategy.start(tensors, w.spans);
+    size_t i = 0;
+    for (auto& p : w.params) {
+      for (float& v : p) v = dyadic(c.rank(), i++);
+    }
+    for (int s = 0; s < 60; ++s) {
+      if (c.rank() == 2 && s == 5) {
+        const auto give_up = std::chrono::steady_clock::now() + 30s;
+        while (!done && std::chrono::steady_clock::now() < give_up)
+          std::this_thread::sleep_for(5ms);
+        return;  // never finishes
+      }
+      std::this_thread::sleep_for(20ms);
+      strategy.synchronize(w.spans);
+      strategy.after_update(w.spans);
+      if (s == 40) {
+        auto view = strategy.report({});
+        if (view) report_view = std::move(view);
+      }
+    }
+    auto view = strategy.finish_job({});
+    if (view) {
+      final_view = std::move(view);
+      done = true;
+    }
+    after[c.rank()] = w.params;
+    stats[c.rank()] = strategy.stats();
+  });
+  ASSERT_TRUE(report_view);
+  EXPECT_EQ(report_view->reported, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(report_view->lost, (std::vector<int>{2}));
+  ASSERT_TRUE(final_view);
+  EXPECT_EQ(final_view->reported, (std::vector<int>{0, 1, 3}));
+  EXPECT_EQ(final_view->lost, (std::vector<int>{2}));
+  EXPECT_EQ(final_view->totals.dropped_peers, (std::vector<int>{2}));
+  EXPECT_EQ(after[1], after[0]);
+  EXPECT_EQ(after[3], after[0]);
+  EXPECT_EQ(flat(after[0]), flat(final_view->average));
 }
 
 TEST(GossipStrategyTest, BadOptionsAreRefused) {

@@ -146,13 +146,53 @@ TEST(GossipProtocolTest, RoundTripsAndRefusesCorruptMessages) {
   EXPECT_THROW(parse(corrupt(0, 0)), PayloadError);
   EXPECT_THROW(parse(corrupt(4, 9)), PayloadError);
   EXPECT_THROW(parse(corrupt(5, 0)), PayloadError);
-  EXPECT_THROW(parse(corrupt(5, 5)), PayloadError);
-  EXPECT_THROW(parse(corrupt(5, static_cast<uint8_t>(MessageType::kBusy))), PayloadError);
+  EXPECT_THROW(parse(corrupt(5, 10)), PayloadError);
+  for (auto bare : {MessageType::kBusy, MessageType::kTaken, MessageType::kAlive}) {
+    EXPECT_THROW(parse(corrupt(5, static_cast<uint8_t>(bare))), PayloadError);  // has tensors
+  }
+  Message attached = m;
+  attached.attachment = {1, 2};
+  EXPECT_THROW(parse(encode(attached)), PayloadError);  // only reports carry one
+  attached.type = MessageType::kReport;
+  EXPECT_EQ(parse(encode(attached)).attachment, attached.attachment);
   Message bad_weight = m;
   bad_weight.weight = -1;
   EXPECT_THROW(parse(encode(bad_weight)), PayloadError);
   bad_weight.weight = std::nan("");
   EXPECT_THROW(parse(encode(bad_weight)), PayloadError);
+}
+
+TEST(GossipProtocolTest, ReportBodiesRoundTripAndRefuseCorruptOnes) {
+  ReportBody body;
+  body.stats.steps = 7;
+  body.stats.offers = 3;
+  body.stats.merges = 5;
+  body.stats.busy = 1;
+  body.stats.dropped_messages = 2;
+  body.stats.bytes_sent = 1000;
+  body.stats.bytes_bookkeeping = 99;
+  body.stats.steps_between = {1, 2, 4};
+  body.stats.dropped_peers = {3};
+  body.note = {'h', 'i'};
+  const Bytes bytes = encode(body);
+  const ReportBody back = parse_report_body(bytes);
+  EXPECT_EQ(back.stats.steps, 7u);
+  EXPECT_EQ(back.stats.offers, 3u);
+  EXPECT_EQ(back.stats.merges, 5u);
+  EXPECT_EQ(back.stats.busy, 1u);
+  EXPECT_EQ(back.stats.dropped_messages, 2u);
+  EXPECT_EQ(back.stats.bytes_sent, 1000u);
+  EXPECT_EQ(back.stats.bytes_bookkeeping, 99u);
+  EXPECT_EQ(back.stats.steps_between, body.stats.steps_between);
+  EXPECT_EQ(back.stats.dropped_peers, body.stats.dropped_peers);
+  EXPECT_EQ(back.note, body.note);
+  for (size_t n = 0; n < bytes.size(); ++n) {
+    EXPECT_THROW(parse_report_body(std::span<const uint8_t>(bytes.data(), n)), PayloadError) << n;
+  }
+  Bytes huge = bytes;
+  huge[7 * 8] = 0xff;  // the interval count: more than the bytes hold
+  huge[7 * 8 + 3] = 0x7f;
+  EXPECT_THROW(parse_report_body(huge), PayloadError);
 }
 
 }  // namespace

@@ -87,7 +87,8 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
                                a.progress};
   if (o.strategy == "gossip") {
     cmd.insert(cmd.end(), {"--topology", o.gossip.topology, "--gossip-trigger", o.gossip.trigger,
-                           "--gossip-merge", o.gossip.merge});
+                           "--gossip-merge", o.gossip.merge, "--peer-timeout",
+                           std::to_string(o.gossip.peer_timeout_s)});
   }
   if (!o.data_dir.empty()) cmd.insert(cmd.end(), {"--data-dir", o.data_dir});
   if (!o.metrics_path.empty()) cmd.insert(cmd.end(), {"--metrics", o.metrics_path});
@@ -139,6 +140,8 @@ int launch_workers(TrainArgs& a) {
     }
   } else if (a.options.strategy == "gossip") {
     launch.extra_env["GRADWIRE_PS_BIND"] = a.bind;  // where the workers listen for peers
+    // Worker 0 holds the job's view and evaluates; the others may be lost.
+    for (int r = 1; r < a.workers; ++r) launch.may_fail.insert(r);
   }
   if (a.options.strategy != "ps" && !a.options.worker_speed.empty()) {
     throw ConfigError("--worker-speed applies to --strategy ps");
@@ -200,6 +203,9 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "Gossip: when (every, period:K, adaptive[:calibration=..,kappa=..,t_max=..])")
       ->capture_default_str();
   cmd->add_option("--gossip-merge", o.gossip.merge, "Gossip: pairwise or push-sum")
+      ->capture_default_str();
+  cmd->add_option("--peer-timeout", o.gossip.peer_timeout_s,
+                  "Gossip: seconds of silence after which a peer is presumed lost")
       ->capture_default_str();
   cmd->add_option("--weight-decay", o.weight_decay, "SGD weight decay")->capture_default_str();
   cmd->add_option("--compressor", o.compressor,

@@ -295,6 +295,7 @@ struct DistributedOptimizer::Impl {
   std::unique_ptr<strategy::Strategy> strategy;
   std::string codec_spec;
   bool claimed = false;
+  std::optional<GossipSummary> gossip_final;  // rank 0, after a gossip finish
   // hooks[i]: the post-hook on params[i]'s gradient accumulator (runs once .grad holds the
   // backward's gradient), as DDP's Reducer registers them.
   struct GradientHook {
@@ -509,17 +510,16 @@ torch::optim::Optimizer& DistributedOptimizer::optimizer() { return *impl_->opti
 
 const std::string& DistributedOptimizer::codec_spec() const { return impl_->codec_spec; }
 
-std::optional<GossipSummary> DistributedOptimizer::gossip_summary() {
-  auto* gossip = dynamic_cast<strategy::gossip::GossipStrategy*>(impl_->strategy.get());
-  if (!gossip) return std::nullopt;
-  torch::NoGradGuard no_grad;
-  const auto& s = gossip->stats();
+namespace {
+
+GossipSummary public_summary(const strategy::gossip::GossipStats& s) {
   GossipSummary out;
   out.offers = s.offers;
   out.merges = s.merges;
   out.busy = s.busy;
   out.dropped_messages = s.dropped_messages;
   out.bytes_sent = s.bytes_sent;
+  out.bytes_bookkeeping = s.bytes_bookkeeping;
   out.dropped_peers = s.dropped_peers;
   if (!s.steps_between.empty()) {
     std::vector<uint64_t> sorted = s.steps_between;
@@ -530,8 +530,54 @@ std::optional<GossipSummary> DistributedOptimizer::gossip_summary() {
     out.steps_between_p50 = sorted[sorted.size() / 2];
     out.steps_between_max = sorted.back();
   }
-  out.consensus_distance = gossip->consensus_distance();
   return out;
+}
+
+GossipReport public_report(const strategy::gossip::JobView& view,
+                           const std::vector<torch::Tensor>& params) {
+  GossipReport out;
+  out.summary = public_summary(view.totals);
+  out.summary.reported = view.reported;
+  out.summary.lost = view.lost;
+  out.summary.consensus_distance = view.consensus_distance;
+  for (size_t i = 0; i < params.size(); ++i) {
+    out.average.push_back(torch::from_blob(const_cast<float*>(view.average[i].data()),
+                                           params[i].sizes(), torch::kFloat32)
+                              .clone());
+  }
+  for (const auto& note : view.notes) out.notes.emplace_back(note.begin(), note.end());
+  return out;
+}
+
+Bytes note_bytes(const std::string& note) { return Bytes(note.begin(), note.end()); }
+
+}  // namespace
+
+std::optional<GossipSummary> DistributedOptimizer::gossip_summary() const {
+  const auto* gossip = dynamic_cast<strategy::gossip::GossipStrategy*>(impl_->strategy.get());
+  if (!gossip) return std::nullopt;
+  if (impl_->gossip_final) return impl_->gossip_final;
+  return public_summary(gossip->stats());
+}
+
+std::optional<GossipReport> DistributedOptimizer::gossip_report(const std::string& note) {
+  auto* gossip = dynamic_cast<strategy::gossip::GossipStrategy*>(impl_->strategy.get());
+  if (!gossip) throw ConfigError("gossip_report: this job's strategy is not gossip");
+  torch::NoGradGuard no_grad;
+  const auto view = gossip->report(note_bytes(note));
+  if (!view) return std::nullopt;
+  return public_report(*view, impl_->params);
+}
+
+std::optional<GossipReport> DistributedOptimizer::finish_gossip(const std::string& note) {
+  auto* gossip = dynamic_cast<strategy::gossip::GossipStrategy*>(impl_->strategy.get());
+  if (!gossip) throw ConfigError("finish_gossip: this job's strategy is not gossip");
+  torch::NoGradGuard no_grad;
+  const auto view = gossip->finish_job(note_bytes(note));
+  if (!view) return std::nullopt;
+  auto report = public_report(*view, impl_->params);
+  impl_->gossip_final = report.summary;
+  return report;
 }
 
 std::vector<CodecDecision> DistributedOptimizer::take_codec_decisions() {
@@ -567,6 +613,10 @@ std::optional<JobProgress> DistributedOptimizer::job_progress() const {
 }
 
 std::optional<JobSummary> DistributedOptimizer::finish() {
+  if (dynamic_cast<strategy::gossip::GossipStrategy*>(impl_->strategy.get())) {
+    finish_gossip();
+    return std::nullopt;
+  }
   torch::NoGradGuard no_grad;
   const auto s = impl_->strategy->finish();
   if (!s) return std::nullopt;

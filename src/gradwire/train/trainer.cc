@@ -36,6 +36,7 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
     }
     return run_ps_training(options, context_ptr);
   }
+  if (options.strategy == "gossip") return run_gossip_training(options, context_ptr);
   if (!options.worker_speed.empty()) {
     throw ConfigError(
         "--worker-speed applies to --strategy ps (allreduce runs at the slowest "
@@ -53,8 +54,6 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   dist_options.compressor = options.compressor;
   dist_options.bucket_bytes = options.bucket_bytes;
   dist_options.overlap = options.overlap;
-  dist_options.gossip = options.gossip;
-  const bool gossip = options.strategy == "gossip";
   DistributedOptimizer optimizer(
       context_ptr,
       torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(options.lr)
@@ -156,20 +155,6 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
     // Evaluation and the epoch's bookkeeping are not training time.
     clock.pause();
     const double train_s = clock.seconds() - epoch_train_start;
-    std::optional<GossipSummary> gossip_summary;
-    if (gossip) {
-      if (epoch == options.epochs) {
-        // One model at the end: the exchanges stop and every worker takes the average.
-        optimizer.finish();
-        if (context.is_root()) {
-          std::printf("gossip: consensus: every worker's model replaced by the average of the %d\n",
-                      context.world_size());
-          std::fflush(stdout);
-        }
-        evaluated_step = global_step - 1;  // evaluate the average, even if just evaluated
-      }
-      gossip_summary = optimizer.gossip_summary();  // collective: every worker is here
-    }
     if (evaluated_step != global_step) evaluate_now(epoch);
 
     const auto traffic = optimizer.traffic();
@@ -196,19 +181,6 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
             {"bytes_on_wire", result.bytes_on_wire},
             {"bytes_dense", result.bytes_dense},
             {"bytes_dense_on_wire", result.bytes_dense_on_wire}};
-    if (gossip_summary) {
-      const auto offers = sum_over_ranks(gossip_summary->offers);
-      last["gossip_offers"] = offers;
-      last["gossip_offers_per_worker"] = static_cast<double>(offers) / context.world_size();
-      last["gossip_merges"] = sum_over_ranks(gossip_summary->merges);
-      last["gossip_busy"] = sum_over_ranks(gossip_summary->busy);
-      last["gossip_dropped_messages"] = sum_over_ranks(gossip_summary->dropped_messages);
-      last["steps_between_exchanges_mean"] = gossip_summary->steps_between_mean;  // rank 0's
-      last["steps_between_exchanges_p50"] = gossip_summary->steps_between_p50;
-      last["steps_between_exchanges_max"] = gossip_summary->steps_between_max;
-      last["consensus_distance"] = gossip_summary->consensus_distance;
-      last["dropped_peers"] = gossip_summary->dropped_peers;
-    }
     nlohmann::json line = last;
     line["event"] = "epoch";
     metrics.write(line);

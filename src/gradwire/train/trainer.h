@@ -57,7 +57,8 @@ struct TrainOptions {
   // speed s sleeps (1/s - 1) x its compute time after each step's computation.
   std::string worker_speed;
   // Tests only (`--test-worker-exit`, hidden): "R:S" makes worker R of a parameter-server
-  // job exit abruptly (status 9, no goodbye) before its step S, to lose a worker for real.
+  // or gossip job exit abruptly (status 9, no goodbye) before its step S, to lose a worker
+  // for real.
   std::string test_worker_exit;
 };
 
@@ -88,6 +89,9 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
 
 // run_training for strategy "ps" (ps_training.cc).
 TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context> context);
+
+// run_training for strategy "gossip" (gossip_training.cc).
+TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Context> context);
 
 // This worker's speed in (0, 1] from TrainOptions::worker_speed; ConfigError if malformed.
 double worker_speed(const std::string& spec, int rank, int workers);

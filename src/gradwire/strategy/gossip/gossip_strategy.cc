@@ -5,6 +5,7 @@
 #include <thread>
 
 #include "gradwire/compress/policy.h"
+#include "gradwire/compress/registry.h"
 #include "gradwire/core/error.h"
 #include "gradwire/core/timeline.h"
 #include "gradwire/strategy/agreement.h"
@@ -12,7 +13,6 @@
 namespace gradwire::strategy::gossip {
 namespace {
 
-using Clock = std::chrono::steady_clock;
 using Model = std::vector<std::vector<float>>;
 
 constexpr double kEps = 1e-12;
@@ -45,11 +45,14 @@ void copy_into(const FloatSpans& from, Model& to) {
 
 std::string peer_name(int rank) { return "worker" + std::to_string(rank); }
 
+// This worker's exchange in flight: an offer waiting for its answer, or a push for its
+// Taken (a declined push goes back into the model).
 struct GossipStrategy::Pending {
   int peer = -1;
   uint64_t exchange = 0;
   Clock::time_point sent;
-  Model decoded;  // x^_i: what the peer decodes from the offer
+  Model decoded;        // x^_i: what the peer decodes from the offer or push
+  double weight = 1.0;  // push-sum: the weight that went with the push
 };
 
 GossipStrategy::GossipStrategy(comm::Collectives& collectives, TransportFactory connect,
@@ -89,7 +92,10 @@ void GossipStrategy::start(std::span<const compress::TensorInfo> tensors,
   check_same_configuration(collectives_, lines);
   broadcast_from_rank0(collectives_, params);
   tensors_.assign(tensors.begin(), tensors.end());
-  for (const auto& t : tensors_) codecs_.push_back(policy.create(t));
+  for (const auto& t : tensors_) {
+    codecs_.push_back(policy.create(t));
+    exact_codecs_.push_back(compress::create_codec("none", t));
+  }
   params_ = params;
   copy_into(params, reference_);
   copy_into(params, previous_);
@@ -99,8 +105,10 @@ void GossipStrategy::start(std::span<const compress::TensorInfo> tensors,
                 " must be named " + peer_name(collectives_.rank()));
   }
   // Nobody sends before every worker can receive (a send to a peer not there yet would
-  // count as the peer gone).
+  // count as the peer gone). The last collective of the job.
   collectives_.barrier();
+  last_heard_.assign(collectives_.size(), Clock::now());
+  last_heartbeat_ = Clock::now();
 }
 
 void GossipStrategy::synchronize(const FloatSpans& grads) {
@@ -129,7 +137,7 @@ void GossipStrategy::encode_model(const FloatSpans& params, Message& m, Model* d
   }
 }
 
-Model GossipStrategy::decode_model(const Message& m) const {
+Model GossipStrategy::decode_model(const Message& m, bool exact) const {
   if (m.tensors.size() != tensors_.size()) {
     throw PayloadError("a model of " + std::to_string(m.tensors.size()) +
                        " tensors; this job has " + std::to_string(tensors_.size()));
@@ -137,7 +145,7 @@ Model GossipStrategy::decode_model(const Message& m) const {
   Model out(tensors_.size());
   for (size_t t = 0; t < tensors_.size(); ++t) {
     out[t].assign(tensors_[t].numel(), 0.0f);
-    codecs_[t]->decode_add(m.tensors[t], out[t]);
+    (exact ? exact_codecs_ : codecs_)[t]->decode_add(m.tensors[t], out[t]);
   }
   return out;
 }
@@ -145,6 +153,13 @@ Model GossipStrategy::decode_model(const Message& m) const {
 bool GossipStrategy::send(int peer, const Message& m) {
   const Bytes bytes = encode(m);
   if (!transport_->send(peer_name(peer), bytes)) return false;
+  const bool exchange = m.type == MessageType::kOffer || m.type == MessageType::kAnswer ||
+                        m.type == MessageType::kBusy || m.type == MessageType::kPush ||
+                        m.type == MessageType::kTaken;
+  if (!exchange) {  // the job's bookkeeping, not training traffic
+    stats_.bytes_bookkeeping += bytes.size();
+    return true;
+  }
   stats_.bytes_sent += bytes.size();
   traffic_.bytes_contributed += bytes.size();
   traffic_.bytes_on_wire += bytes.size();
@@ -161,33 +176,25 @@ void GossipStrategy::offer(int peer, const FloatSpans& params) {
   m.sender = static_cast<uint32_t>(collectives_.rank());
   m.exchange = next_exchange_++;
   TimelineSpan span("gossip offer", "communicate");
+  auto pending = std::make_unique<Pending>();
+  pending->peer = peer;
+  pending->exchange = m.exchange;
+  m.type = push_sum_ ? MessageType::kPush : MessageType::kOffer;
   if (push_sum_) {
     // Keep half the weight, send the other half with the model: the weighted sum and the
     // total weight stay where they were.
-    weight_ /= 2;
-    m.type = MessageType::kPush;
-    m.weight = weight_;
-    encode_model(params, m, nullptr);
-    if (!send(peer, m)) {
-      weight_ *= 2;  // not sent: nothing moved
-      topology_.drop(peer);
-      stats_.dropped_peers = topology_.dropped();
-      return;
-    }
-  } else {
-    m.type = MessageType::kOffer;
-    auto pending = std::make_unique<Pending>();
-    pending->peer = peer;
-    pending->exchange = m.exchange;
-    encode_model(params, m, &pending->decoded);
-    if (!send(peer, m)) {
-      topology_.drop(peer);
-      stats_.dropped_peers = topology_.dropped();
-      return;
-    }
-    pending->sent = Clock::now();
-    pending_ = std::move(pending);
+    pending->weight = weight_ / 2;
+    m.weight = pending->weight;
   }
+  encode_model(params, m, &pending->decoded);
+  if (!send(peer, m)) {  // not sent: nothing moved
+    topology_.drop(peer);
+    stats_.dropped_peers = topology_.dropped();
+    return;
+  }
+  if (push_sum_) weight_ -= pending->weight;
+  pending->sent = Clock::now();
+  pending_ = std::move(pending);
   ++stats_.offers;
   stats_.steps_between.push_back(steps_since_offer_);
   steps_since_offer_ = 0;
@@ -195,37 +202,41 @@ void GossipStrategy::offer(int peer, const FloatSpans& params) {
 
 void GossipStrategy::handle(const Message& m, const FloatSpans& params, bool finishing) {
   const int sender = static_cast<int>(m.sender);
+  const auto reply_to = [&](MessageType type) {
+    Message reply;
+    reply.type = type;
+    reply.token = options_.token;
+    reply.sender = static_cast<uint32_t>(collectives_.rank());
+    reply.exchange = m.exchange;
+    return reply;
+  };
+  const bool mine = pending_ && pending_->peer == sender && pending_->exchange == m.exchange;
   switch (m.type) {
     case MessageType::kOffer: {
-      Message reply;
-      reply.token = options_.token;
-      reply.sender = static_cast<uint32_t>(collectives_.rank());
-      reply.exchange = m.exchange;
       if (finishing || push_sum_) {
-        reply.type = MessageType::kBusy;
-        send(sender, reply);
+        send(sender, reply_to(MessageType::kBusy));
         return;
       }
-      const Model theirs = decode_model(m);  // throws before anything changes
-      reply.type = MessageType::kAnswer;
-      Model mine;
-      encode_model(params, reply, &mine);
+      const Model theirs = decode_model(m, false);  // throws before anything changes
+      Message reply = reply_to(MessageType::kAnswer);
+      Model own;
+      encode_model(params, reply, &own);
       if (!send(sender, reply)) return;  // the offerer is gone: no merge on either side
       // x_j += (x^_i - x^_j) / 2
       for (size_t t = 0; t < params.size(); ++t) {
         for (size_t i = 0; i < params[t].size(); ++i) {
-          params[t][i] += (theirs[t][i] - mine[t][i]) * 0.5f;
+          params[t][i] += (theirs[t][i] - own[t][i]) * 0.5f;
         }
       }
       ++stats_.merges;
       return;
     }
     case MessageType::kAnswer: {
-      if (!pending_ || pending_->peer != sender || pending_->exchange != m.exchange) {
+      if (!mine || push_sum_) {
         ++stats_.dropped_messages;  // an answer to an offer given up on
         return;
       }
-      const Model theirs = decode_model(m);
+      const Model theirs = decode_model(m, false);
       // x_i += (x^_j - x^_i) / 2
       for (size_t t = 0; t < params.size(); ++t) {
         for (size_t i = 0; i < params[t].size(); ++i) {
@@ -237,34 +248,77 @@ void GossipStrategy::handle(const Message& m, const FloatSpans& params, bool fin
       return;
     }
     case MessageType::kBusy:
-      if (pending_ && pending_->peer == sender && pending_->exchange == m.exchange) {
-        pending_.reset();
-        ++stats_.busy;
-      } else {
+      if (!mine) {
         ++stats_.dropped_messages;
+        return;
       }
+      if (push_sum_) merge_push(params, pending_->decoded, pending_->weight);  // back home
+      pending_.reset();
+      ++stats_.busy;
       return;
     case MessageType::kPush: {
       if (!push_sum_) {
         ++stats_.dropped_messages;
         return;
       }
-      const Model theirs = decode_model(m);
-      // x_j = (w_j x_j + w x^_i) / (w_j + w)
-      const double total = weight_ + m.weight;
-      const auto own = static_cast<float>(weight_ / total);
-      const auto in = static_cast<float>(m.weight / total);
-      for (size_t t = 0; t < params.size(); ++t) {
-        for (size_t i = 0; i < params[t].size(); ++i) {
-          params[t][i] = own * params[t][i] + in * theirs[t][i];
-        }
+      if (finishing) {
+        send(sender, reply_to(MessageType::kBusy));  // the pusher takes it back
+        return;
       }
-      weight_ = total;
+      const Model theirs = decode_model(m, false);
+      // Taken before merging: if the pusher cannot hear it, it times out and forgets the
+      // push, whose mass is here, where a sent push's mass belongs.
+      send(sender, reply_to(MessageType::kTaken));
+      merge_push(params, theirs, m.weight);
       ++stats_.merges;
-      ++pushes_received_;
       return;
     }
+    case MessageType::kTaken:
+      if (!mine || !push_sum_) {
+        ++stats_.dropped_messages;
+        return;
+      }
+      pending_.reset();
+      return;
+    case MessageType::kReport:
+    case MessageType::kDone: {
+      if (!root()) {
+        ++stats_.dropped_messages;
+        return;
+      }
+      decode_model(m, true);  // a malformed model is dropped here, not when collected
+      parse_report_body(m.attachment);
+      inbox_[{m.type, m.exchange, sender}] = m;
+      if (m.type == MessageType::kDone &&
+          std::find(waiting_.begin(), waiting_.end(), sender) == waiting_.end()) {
+        waiting_.push_back(sender);  // it waits for the consensus: hears rank 0's heartbeats
+      }
+      return;
+    }
+    case MessageType::kConsensus:
+      if (sender != 0 || !finishing) {
+        ++stats_.dropped_messages;
+        return;
+      }
+      decode_model(m, true);
+      consensus_ = m;
+      return;
+    case MessageType::kAlive:
+      return;  // heard: service() noted the time
   }
+}
+
+void GossipStrategy::merge_push(const FloatSpans& params, const Model& x, double w) {
+  // x_j = (w_j x_j + w x^_i) / (w_j + w)
+  const double total = weight_ + w;
+  const auto own = static_cast<float>(weight_ / total);
+  const auto in = static_cast<float>(w / total);
+  for (size_t t = 0; t < params.size(); ++t) {
+    for (size_t i = 0; i < params[t].size(); ++i) {
+      params[t][i] = own * params[t][i] + in * x[t][i];
+    }
+  }
+  weight_ = total;
 }
 
 void GossipStrategy::service(const FloatSpans& params, bool finishing) {
@@ -281,6 +335,7 @@ void GossipStrategy::service(const FloatSpans& params, bool finishing) {
         ++stats_.dropped_messages;
         continue;
       }
+      last_heard_[sender] = Clock::now();
       handle(m, params, finishing);
     } catch (const PayloadError&) {
       ++stats_.dropped_messages;
@@ -291,7 +346,22 @@ void GossipStrategy::service(const FloatSpans& params, bool finishing) {
   if (pending_ && Clock::now() - pending_->sent > options_.peer_timeout) {
     topology_.drop(pending_->peer);  // silent past the timeout: presumed gone
     stats_.dropped_peers = topology_.dropped();
-    pending_.reset();
+    pending_.reset();  // a push's mass went with it, or is at the peer: nothing to restore
+  }
+  send_heartbeats();
+}
+
+void GossipStrategy::send_heartbeats() {
+  if (Clock::now() - last_heartbeat_ < options_.peer_timeout / 4) return;
+  last_heartbeat_ = Clock::now();
+  Message m;
+  m.type = MessageType::kAlive;
+  m.token = options_.token;
+  m.sender = static_cast<uint32_t>(collectives_.rank());
+  if (!root()) {
+    send(0, m);
+  } else {
+    for (int r : waiting_) send(r, m);
   }
 }
 
@@ -312,56 +382,187 @@ void GossipStrategy::after_update(const FloatSpans& params) {
   copy_into(params, previous_);
 }
 
-void GossipStrategy::drain(const FloatSpans& params) {
-  // Until no worker has an offer out and every push sent was taken (a push in flight at the
-  // consensus would lose its mass): answer offers with Busy, take answers and pushes.
+Message GossipStrategy::model_message(MessageType type, uint64_t round, Bytes note) {
+  Message m;
+  m.type = type;
+  m.token = options_.token;
+  m.sender = static_cast<uint32_t>(collectives_.rank());
+  m.exchange = round;
+  m.weight = weight_;
+  m.tensors.resize(params_.size());
+  for (size_t t = 0; t < params_.size(); ++t) exact_codecs_[t]->encode(params_[t], m.tensors[t]);
+  m.attachment = encode(ReportBody{stats_, std::move(note)});
+  return m;
+}
+
+JobView GossipStrategy::collect(MessageType type, uint64_t round, Bytes own_note) {
+  const int world = collectives_.size();
+  const auto waiting_since = Clock::now();
+  const auto arrived = [&](int r) { return inbox_.count({type, round, r}) > 0; };
   for (;;) {
-    service(params, /*finishing=*/true);
-    float open[2] = {pending_ ? 1.0f : 0.0f, push_sum_ ? static_cast<float>(stats_.offers) -
-                                                             static_cast<float>(pushes_received_)
-                                                       : 0.0f};
-    collectives_.allreduce_sum(open, 2, comm::DataType::kFloat32);
-    if (open[0] == 0.0f && open[1] == 0.0f) return;
+    service(params_, /*finishing=*/type == MessageType::kDone);
+    bool complete = true;
+    for (int r = 1; r < world; ++r) {
+      if (arrived(r)) {
+        lost_.erase(r);  // a late report: alive after all
+        continue;
+      }
+      // Silent for peer_timeout: presumed lost. A rank lost before is waited for only if it
+      // has been heard from since (heartbeats), so a dead one costs one timeout, not one per
+      // round.
+      const auto since = lost_.count(r) ? last_heard_[r] : std::max(waiting_since, last_heard_[r]);
+      if (Clock::now() - since > options_.peer_timeout) {
+        lost_.insert(r);
+        continue;
+      }
+      lost_.erase(r);
+      complete = false;
+    }
+    if (complete) break;
     std::this_thread::sleep_for(std::chrono::milliseconds(1));
   }
+
+  JobView view;
+  view.step = stats_.steps;
+  view.notes.assign(world, Bytes());
+  view.lost.assign(lost_.begin(), lost_.end());
+  // (rank, model, weight): rank 0's own first.
+  std::vector<std::tuple<int, Model, double>> models;
+  Model own;
+  copy_into(params_, own);
+  models.emplace_back(0, std::move(own), weight_);
+  view.notes[0] = std::move(own_note);
+  view.totals = stats_;
+  for (int r = 1; r < world; ++r) {
+    auto it = inbox_.find({type, round, r});
+    if (it == inbox_.end()) continue;
+    ReportBody body = parse_report_body(it->second.attachment);  // checked on arrival
+    const GossipStats& s = body.stats;
+    view.totals.steps += s.steps;
+    view.totals.offers += s.offers;
+    view.totals.merges += s.merges;
+    view.totals.busy += s.busy;
+    view.totals.dropped_messages += s.dropped_messages;
+    view.totals.bytes_sent += s.bytes_sent;
+    view.totals.bytes_bookkeeping += s.bytes_bookkeeping;
+    view.totals.steps_between.insert(view.totals.steps_between.end(), s.steps_between.begin(),
+                                     s.steps_between.end());
+    for (int p : s.dropped_peers) view.totals.dropped_peers.push_back(p);
+    view.notes[r] = std::move(body.note);
+    models.emplace_back(r, decode_model(it->second, true), it->second.weight);
+    inbox_.erase(it);
+  }
+  std::sort(view.totals.dropped_peers.begin(), view.totals.dropped_peers.end());
+  view.totals.dropped_peers.erase(
+      std::unique(view.totals.dropped_peers.begin(), view.totals.dropped_peers.end()),
+      view.totals.dropped_peers.end());
+  // Reports of this round from ranks given up on, arriving later, are stale: drop them then.
+  // The average, in double: (sum_i w_i x_i) / (sum_i w_i), w_i = 1 for pairwise merges.
+  double total_weight = 0;
+  for (const auto& [r, x, w] : models) {
+    view.reported.push_back(r);
+    total_weight += push_sum_ ? w : 1.0;
+  }
+  view.average.resize(tensors_.size());
+  for (size_t t = 0; t < tensors_.size(); ++t) {
+    std::vector<double> sum(tensors_[t].numel(), 0.0);
+    for (const auto& [r, x, w] : models) {
+      const double scale = push_sum_ ? w : 1.0;
+      for (size_t i = 0; i < sum.size(); ++i) sum[i] += scale * x[t][i];
+    }
+    view.average[t].resize(sum.size());
+    for (size_t i = 0; i < sum.size(); ++i) {
+      view.average[t][i] = static_cast<float>(sum[i] / total_weight);
+    }
+  }
+  double distance_sum = 0;
+  for (const auto& [r, x, w] : models) {
+    double sq = 0;
+    for (size_t t = 0; t < x.size(); ++t) {
+      for (size_t i = 0; i < x[t].size(); ++i) {
+        const double d = static_cast<double>(x[t][i]) - view.average[t][i];
+        sq += d * d;
+      }
+    }
+    distance_sum += std::sqrt(sq);
+  }
+  view.consensus_distance = distance_sum / static_cast<double>(models.size());
+  // Drop what earlier rounds left behind (reports from ranks then presumed lost).
+  for (auto it = inbox_.begin(); it != inbox_.end();) {
+    const auto& [t, r, sender] = it->first;
+    if (t == type && r <= round) {
+      ++stats_.dropped_messages;
+      it = inbox_.erase(it);
+    } else {
+      ++it;
+    }
+  }
+  return view;
+}
+
+std::optional<JobView> GossipStrategy::report(Bytes note) {
+  if (!transport_) throw Error("GossipStrategy::report called before start");
+  if (finished_) throw Error("GossipStrategy::report called after finish");
+  TimelineSpan span("gossip report", "communicate");
+  const uint64_t round = ++reports_;
+  if (!root()) {
+    send(0, model_message(MessageType::kReport, round, std::move(note)));
+    return std::nullopt;
+  }
+  return collect(MessageType::kReport, round, std::move(note));
+}
+
+std::optional<JobView> GossipStrategy::finish_job(Bytes note) {
+  if (!transport_ || finished_) return std::nullopt;
+  finished_ = true;
+  TimelineSpan span("gossip consensus", "communicate");
+  // Drain: until this worker's own exchange is answered, declined or timed out (offers and
+  // pushes that come meanwhile are declined).
+  while (pending_) {
+    service(params_, /*finishing=*/true);
+    if (pending_) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  }
+  if (!root()) {
+    send(0, model_message(MessageType::kDone, 0, std::move(note)));
+    auto since = Clock::now();
+    while (!consensus_) {
+      service(params_, /*finishing=*/true);
+      if (consensus_) break;
+      if (Clock::now() - std::max(since, last_heard_[0]) > options_.peer_timeout) {
+        throw Error("gossip: rank 0 sent no consensus model and nothing else for " +
+                    std::to_string(options_.peer_timeout.count() / 1000.0) +
+                    " s; this worker keeps its own model");
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+    const Model average = decode_model(*consensus_, true);
+    for (size_t t = 0; t < params_.size(); ++t) {
+      std::copy(average[t].begin(), average[t].end(), params_[t].begin());
+    }
+    weight_ = 1.0;
+    return std::nullopt;
+  }
+  JobView view = collect(MessageType::kDone, 0, std::move(note));
+  Message consensus;
+  consensus.type = MessageType::kConsensus;
+  consensus.token = options_.token;
+  consensus.sender = 0;
+  consensus.tensors.resize(params_.size());
+  for (size_t t = 0; t < params_.size(); ++t) {
+    std::copy(view.average[t].begin(), view.average[t].end(), params_[t].begin());
+    exact_codecs_[t]->encode(params_[t], consensus.tensors[t]);
+  }
+  for (int r : view.reported) {
+    if (r != 0) send(r, consensus);
+  }
+  waiting_.clear();
+  weight_ = 1.0;
+  return view;
 }
 
 std::optional<JobSummary> GossipStrategy::finish() {
-  if (!transport_ || finished_) return std::nullopt;
-  finished_ = true;
-  drain(params_);
-  // Consensus: every worker takes the average model (push-sum: the weighted average).
-  TimelineSpan span("gossip consensus", "communicate");
-  const auto world = static_cast<float>(collectives_.size());
-  float total_weight = push_sum_ ? static_cast<float>(weight_) : world;
-  if (push_sum_) collectives_.allreduce_sum(&total_weight, 1, comm::DataType::kFloat32);
-  for (auto& x : params_) {
-    if (push_sum_) {
-      for (float& v : x) v *= static_cast<float>(weight_);
-    }
-    collectives_.allreduce_sum(x.data(), x.size(), comm::DataType::kFloat32);
-    const float scale = 1.0f / total_weight;
-    for (float& v : x) v *= scale;
-  }
-  weight_ = 1.0;
+  finish_job({});
   return std::nullopt;
-}
-
-double GossipStrategy::consensus_distance() {
-  if (!transport_) throw Error("GossipStrategy::consensus_distance called before start");
-  const float scale = 1.0f / static_cast<float>(collectives_.size());
-  double sq = 0;
-  for (const auto& x : params_) {
-    std::vector<float> mean(x.begin(), x.end());
-    collectives_.allreduce_sum(mean.data(), mean.size(), comm::DataType::kFloat32);
-    for (size_t i = 0; i < x.size(); ++i) {
-      const double d = static_cast<double>(x[i]) - mean[i] * scale;
-      sq += d * d;
-    }
-  }
-  float mine = static_cast<float>(std::sqrt(sq));
-  collectives_.allreduce_sum(&mine, 1, comm::DataType::kFloat32);
-  return mine * scale;
 }
 
 }  // namespace gradwire::strategy::gossip

@@ -22,18 +22,30 @@
 // of never waiting forever). Messages with a wrong token, from an unknown sender, or
 // malformed, are dropped and counted.
 //
-// finish(): stops offering, drains (answers offers with Busy, waits for its own offer to
-// be answered) until no worker has an offer out, then replaces every model by the average
-// of all (one allreduce per tensor; push-sum: the weighted average): the job ends with one
-// model. The parameters given to start() must stay where they are until then
-// (DistributedOptimizer's do: the optimizer updates them in place).
+// No collective runs after start(), so the others go on when a worker dies. Rank 0 holds
+// the job's view: at an evaluation point every worker calls report(), which sends its
+// model (fp32) and counters to rank 0; rank 0 waits for them and gets the average model,
+// the consensus distance and the summed counters. Every other worker sends a heartbeat to
+// rank 0 every peer_timeout/4; a worker rank 0 has not heard from for peer_timeout is
+// presumed lost and named in the view (JobView::lost).
+//
+// finish(): stops offering; drains (answers offers and pushes with Busy, waits until its
+// own exchange is answered or timed out); then sends its model to rank 0 (Done) and waits
+// for the average of every worker's model (Consensus), which replaces its own: the job
+// ends with one model. Pairwise merges preserve the sum of the models, so that average is
+// the average of where the workers would be without gossip, up to the timeouts' losses.
+// The parameters given to start() must stay where they are until then (DistributedOptimizer's
+// do: the optimizer updates them in place).
 #pragma once
 
 #include <chrono>
 #include <functional>
+#include <map>
 #include <memory>
 #include <optional>
+#include <set>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "gradwire/comm/collectives.h"
@@ -54,16 +66,15 @@ struct GossipOptions {
   std::chrono::milliseconds peer_timeout{std::chrono::seconds(30)};
 };
 
-// What a worker did, for the metrics.
-struct GossipStats {
-  uint64_t steps = 0;
-  uint64_t offers = 0;            // offers (or pushes) sent
-  uint64_t merges = 0;            // merges applied: answers received, offers answered, pushes taken
-  uint64_t busy = 0;              // offers answered busy by a peer
-  uint64_t dropped_messages = 0;  // wrong token, unknown sender, malformed, stale
-  uint64_t bytes_sent = 0;
-  std::vector<uint64_t> steps_between;  // local steps between consecutive offers
-  std::vector<int> dropped_peers;
+// What rank 0 knows of the job at a report or at the end.
+struct JobView {
+  uint64_t step = 0;
+  std::vector<int> reported;  // ranks whose model is in `average` (0 included), ascending
+  std::vector<int> lost;      // ranks presumed lost so far (silent past peer_timeout)
+  GossipStats totals;         // counters summed over `reported`; intervals of all of them
+  std::vector<Bytes> notes;   // by rank: each reporter's note (empty for the others)
+  std::vector<std::vector<float>> average;  // of the reported models (push-sum: weighted)
+  double consensus_distance = 0;            // mean over `reported` of ||x_i - average||
 };
 
 // The worker's transport, created in start() once the collectives are up: its name must be
@@ -86,23 +97,39 @@ class GossipStrategy : public Strategy {
   TrafficStats traffic() const override { return traffic_; }
   std::optional<JobSummary> finish() override;
 
+  // Every worker calls it at the same local step. The others send their model, counters
+  // and `note` to rank 0 and go on at once (nullopt); rank 0 waits for them (servicing
+  // exchanges meanwhile) and returns the job's view.
+  std::optional<JobView> report(Bytes note);
+  // finish() with a note; rank 0 returns the job's final view (`average` is the model every
+  // worker now holds). Throws Error on a worker that rank 0 does not answer within
+  // peer_timeout of silence (its model is then its own).
+  std::optional<JobView> finish_job(Bytes note);
+
   const GossipStats& stats() const { return stats_; }
-  // Collective (every worker calls it at the same point): the mean over workers of
-  // ||x_i - x_bar||, x_bar the average model. 0 after finish().
-  double consensus_distance();
   // The canonical options, for logs ("ring, adaptive:..., pairwise, codec none").
   std::string describe() const;
 
  private:
   struct Pending;
+  using Clock = std::chrono::steady_clock;
+  bool root() const { return collectives_.rank() == 0; }
   void service(const FloatSpans& params, bool finishing);
   void handle(const Message& m, const FloatSpans& params, bool finishing);
+  void send_heartbeats();
+  Message model_message(MessageType type, uint64_t step, Bytes note);
+  // Rank 0: waits until every rank not lost has sent a message of `type` for `step` (kept
+  // in inbox_), declaring lost those silent past peer_timeout; then builds the view.
+  JobView collect(MessageType type, uint64_t step, Bytes own_note);
   void offer(int peer, const FloatSpans& params);
   // Encodes params into m.tensors; fills `decoded` with what the peer will decode.
   void encode_model(const FloatSpans& params, Message& m, std::vector<std::vector<float>>* decoded);
-  std::vector<std::vector<float>> decode_model(const Message& m) const;
+  // `exact`: the fp32 payloads of reports and the consensus, not the exchange codec's.
+  std::vector<std::vector<float>> decode_model(const Message& m, bool exact) const;
+  // push-sum: x = (w x + w_in x_in) / (w + w_in), w += w_in.
+  void merge_push(const FloatSpans& params, const std::vector<std::vector<float>>& x_in,
+                  double w_in);
   bool send(int peer, const Message& m);
-  void drain(const FloatSpans& params);
 
   comm::Collectives& collectives_;
   TransportFactory connect_;
@@ -114,13 +141,22 @@ class GossipStrategy : public Strategy {
   std::vector<compress::TensorInfo> tensors_;
   FloatSpans params_;  // start()'s: the model's memory, which stays put (finish() uses it)
   std::vector<std::unique_ptr<compress::Codec>> codecs_;
+  std::vector<std::unique_ptr<compress::Codec>> exact_codecs_;  // fp32, for reports
   std::vector<std::vector<float>> reference_;  // x_ref: the model after the last offer
   std::vector<std::vector<float>> previous_;   // the model after the last step
   std::unique_ptr<Pending> pending_;           // this worker's offer in flight
   uint64_t next_exchange_ = 1;
   double weight_ = 1.0;  // push-sum's w
-  uint64_t pushes_received_ = 0;
   uint64_t steps_since_offer_ = 0;
+  uint64_t reports_ = 0;  // report() calls: the step of a report round
+  // Rank 0: reports and dones not yet collected, by (type, step, sender); when each rank
+  // was last heard from; who is presumed lost. Everyone: when heartbeats went out.
+  std::map<std::tuple<MessageType, uint64_t, int>, Message> inbox_;
+  std::vector<Clock::time_point> last_heard_;
+  std::set<int> lost_;
+  std::vector<int> waiting_;  // rank 0, finishing: ranks that sent Done and wait
+  Clock::time_point last_heartbeat_;
+  std::optional<Message> consensus_;  // a worker, finishing: rank 0's answer
   std::optional<double> last_lr_;
   GossipStats stats_;
   TrafficStats traffic_;
