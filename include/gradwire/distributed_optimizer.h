@@ -107,7 +107,7 @@ struct GossipReport {
 struct DistributedOptions {
   std::string strategy = "allreduce";  // "allreduce", "ps" or "gossip"
   // A codec spec ("topk:density=0.01"), a layer policy ("conv=...,fc=..."), or an adaptive
-  // codec: "auto" measures none, fp16 and PowerSGD in this job and picks (docs/CODECS.md).
+  // codec: "auto" measures none, fp16, int8 and PowerSGD in this job and picks (docs/CODECS.md).
   std::string compressor = "none";
   size_t bucket_bytes = 25u << 20;
   size_t first_bucket_bytes = 1u << 20;  // the last layers' bucket, small so it starts early

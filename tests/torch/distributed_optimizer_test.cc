@@ -237,16 +237,19 @@ TEST(DistributedOptimizerTest, AutoReportsItsDecisionsAndLeavesMomentumAlone) {
       torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)), *net,
       {.compressor = "auto:trial=1"});
   EXPECT_EQ(opt.codec_spec(),
-            "auto:eta=0.5,penalty=0.2,plans=none/fp16/powersgd,rank=2,reprobe=2000,trial=1,"
+            "auto:eta=0.5,penalty=0.2,plans=none/fp16/int8/powersgd,rank=2,reprobe=2000,trial=1,"
             "window=50");
   EXPECT_DOUBLE_EQ(sgd_momentum(opt), 0.9);  // no plan needs momentum correction
   train(
-      problem, *net, [&] { opt.zero_grad(); }, [&] { opt.step(); }, 0, 1, 8, 4);
-  // Steps 0-1 measure none, 2-3 fp16 (PowerSGD waits for a normal regime): one decision.
+      problem, *net, [&] { opt.zero_grad(); }, [&] { opt.step(); }, 0, 1, 8, 6);
+  // Steps 0-1 measure none, 2-3 fp16, 4-5 int8 (PowerSGD waits for a normal regime): one
+  // decision.
   const auto decisions = opt.take_codec_decisions();
   ASSERT_EQ(decisions.size(), 1u);
-  EXPECT_EQ(decisions[0].step, 4u);
-  EXPECT_TRUE(decisions[0].plan == "none" || decisions[0].plan == "fp16") << decisions[0].plan;
+  EXPECT_EQ(decisions[0].step, 6u);
+  EXPECT_TRUE(decisions[0].plan == "none" || decisions[0].plan == "fp16" ||
+              decisions[0].plan == "int8")
+      << decisions[0].plan;
   EXPECT_NE(decisions[0].reason.find("start of training"), std::string::npos);
   EXPECT_NE(decisions[0].inputs_json.find("\"step_ms\""), std::string::npos);
   EXPECT_TRUE(opt.take_codec_decisions().empty());  // taken once

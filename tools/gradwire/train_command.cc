@@ -211,7 +211,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--compressor", o.compressor,
                   "Codec spec (none, fp16, int8, topk:density=0.01, powersgd:rank=2, ...), a "
                   "layer policy (conv=...,fc=...,other=...), or an adaptive codec: auto "
-                  "(measures none, fp16 and PowerSGD and picks), accordion (docs/CODECS.md)")
+                  "(measures none, fp16, int8 and PowerSGD and picks), accordion (docs/CODECS.md)")
       ->capture_default_str();
   cmd->add_option_function<double>(
       "--bucket-mb",

@@ -1,7 +1,7 @@
 // Adaptive codecs for the allreduce strategy: the codec changes over training, the same on
 // every rank at the same step (ALGORITHMS.md 9).
 //
-//   auto[:plans=none/fp16/powersgd,rank=2,penalty=0.2,trial=5,window=50,eta=0.5,reprobe=2000]
+//   auto[:plans=none/fp16/int8/powersgd,rank=2,penalty=0.2,trial=5,window=50,eta=0.5,reprobe=2000]
 //     Measures, then picks. Each candidate plan (codec_plan.h) runs `trial` steps after one
 //     of warm-up; a step's time is the wall time between two synchronize() returns
 //     (forward, backward, the exchange not hidden by backward, the optimizer step: what
