@@ -62,13 +62,29 @@ TEST(CliTest, TrainTwoWorkersOneEpochWritesMetrics) {
 // model (the consensus average), which the metrics say with the exchange counts.
 TEST(CliTest, GossipTrainsAndEndsWithOneModel) {
   const std::string metrics = temp_path("gossip.jsonl");
+  const std::string timeline = temp_path("gossip_timeline.json");
   const auto r = run(std::string(GRADWIRE_CLI) +
                          " train --workers 3 --strategy gossip --gossip-trigger period:2"
                          " --topology exponential --epochs 1 --train-limit 1536 --test-limit 200"
                          " --progress none --metrics " +
-                         metrics,
+                         metrics + " --timeline " + timeline,
                      300);
   ASSERT_EQ(r.status, 0) << r.output;
+  {
+    // Every worker's exchanges are on the timeline (sent to rank 0 with the final report).
+    std::ifstream trace_in(timeline);
+    const auto trace = nlohmann::json::parse(trace_in);
+    std::map<int, std::set<std::string>> spans;
+    for (const auto& e : trace["traceEvents"]) {
+      if (e["ph"] == "X") spans[e["pid"].get<int>()].insert(e["name"].get<std::string>());
+    }
+    for (int rank : {0, 1, 2}) {
+      for (const char* name : {"step", "gossip offer"}) {
+        EXPECT_TRUE(spans[rank].count(name)) << "rank " << rank << " has no " << name;
+      }
+    }
+    std::filesystem::remove(timeline);
+  }
   EXPECT_NE(r.output.find("gossip: consensus"), std::string::npos) << r.output;
   std::ifstream in(metrics);
   std::string line;
