@@ -78,16 +78,6 @@ void add_gossip_fields(nlohmann::json& line, const GossipSummary& s, int workers
   line["lost_workers"] = s.lost;
 }
 
-std::optional<std::pair<int, size_t>> scheduled_exit(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  int rank = 0;
-  unsigned long long step = 0;
-  if (std::sscanf(text.c_str(), "%d:%llu", &rank, &step) != 2) {
-    throw ConfigError("--test-worker-exit " + text + " is not RANK:STEP");
-  }
-  return std::make_pair(rank, static_cast<size_t>(step));
-}
-
 }  // namespace
 
 TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Context> context_ptr) {

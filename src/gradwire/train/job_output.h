@@ -7,8 +7,10 @@
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
+#include <optional>
 #include <span>
 #include <string>
+#include <utility>
 
 #include "gradwire/train/fashion_mnist.h"
 #include "gradwire/train/models.h"
@@ -65,6 +67,10 @@ class MetricsFile {
   std::string path_;
   std::ofstream out_;
 };
+
+// TrainOptions::test_worker_exit ("RANK:STEP"), parsed: (worker, step), or nothing for "".
+// Throws ConfigError when malformed.
+std::optional<std::pair<int, uint64_t>> scheduled_exit(const std::string& text);
 
 void print_progress(ProgressStyle style, int epoch, int epochs, size_t step, size_t steps,
                     double loss, double samples_per_s);

@@ -27,17 +27,6 @@
 namespace gradwire::train {
 namespace {
 
-// TrainOptions::test_worker_exit, parsed: (worker, step), or nothing.
-std::optional<std::pair<int, uint64_t>> scheduled_exit(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  int rank = 0;
-  unsigned long long step = 0;
-  if (std::sscanf(text.c_str(), "%d:%llu", &rank, &step) != 2) {
-    throw ConfigError("--test-worker-exit " + text + " is not RANK:STEP");
-  }
-  return std::make_pair(rank, static_cast<uint64_t>(step));
-}
-
 // Writes an epoch's metrics line and prints it (the accuracy is worker 0's model's).
 void write_epoch_line(MetricsFile& metrics, const nlohmann::json& epoch, int epochs,
                       double epoch_s) {
