@@ -560,20 +560,29 @@ std::optional<GossipSummary> DistributedOptimizer::gossip_summary() const {
   return public_summary(gossip->stats());
 }
 
+namespace {
+
+// The job's gossip strategy; ConfigError naming `call` for any other strategy.
+strategy::gossip::GossipStrategy& gossip_of(strategy::Strategy& s, const char* call) {
+  auto* gossip = dynamic_cast<strategy::gossip::GossipStrategy*>(&s);
+  if (!gossip) throw ConfigError(std::string(call) + ": this job's strategy is not gossip");
+  return *gossip;
+}
+
+}  // namespace
+
 std::optional<GossipReport> DistributedOptimizer::gossip_report(const std::string& note) {
-  auto* gossip = dynamic_cast<strategy::gossip::GossipStrategy*>(impl_->strategy.get());
-  if (!gossip) throw ConfigError("gossip_report: this job's strategy is not gossip");
+  auto& gossip = gossip_of(*impl_->strategy, "gossip_report");
   torch::NoGradGuard no_grad;
-  const auto view = gossip->report(note_bytes(note));
+  const auto view = gossip.report(note_bytes(note));
   if (!view) return std::nullopt;
   return public_report(*view, impl_->params);
 }
 
 std::optional<GossipReport> DistributedOptimizer::finish_gossip(const std::string& note) {
-  auto* gossip = dynamic_cast<strategy::gossip::GossipStrategy*>(impl_->strategy.get());
-  if (!gossip) throw ConfigError("finish_gossip: this job's strategy is not gossip");
+  auto& gossip = gossip_of(*impl_->strategy, "finish_gossip");
   torch::NoGradGuard no_grad;
-  const auto view = gossip->finish_job(note_bytes(note));
+  const auto view = gossip.finish_job(note_bytes(note));
   if (!view) return std::nullopt;
   auto report = public_report(*view, impl_->params);
   impl_->gossip_final = report.summary;
