@@ -7,7 +7,7 @@
 #include <mutex>
 #include <random>
 
-#include "gradwire/train/fashion_mnist.h"
+#include "gradwire/fashion_mnist.h"
 #include "gradwire/train/models.h"
 
 namespace gradwire::bench {
@@ -33,7 +33,7 @@ std::vector<float> laplace_draws(size_t n) {
 std::vector<float> cnn_fc1_gradients() {
   torch::manual_seed(0);
   at::set_num_threads(1);
-  const train::Dataset data = train::load_fashion_mnist(train::kFashionMnistDir, true);
+  const Dataset data = load_fashion_mnist(kFashionMnistDir, true);
   auto model = train::make_model("cnn");
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   const auto batch = [&](int64_t step) {

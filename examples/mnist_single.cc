@@ -7,7 +7,7 @@
 #include <cstdio>
 #include <string>
 
-#include "gradwire/train/fashion_mnist.h"  // reads the gzipped files Debian ships
+#include <gradwire/fashion_mnist.h>  // reads the gzipped files Debian ships
 
 struct Net : torch::nn::Module {
   Net() {
@@ -19,18 +19,18 @@ struct Net : torch::nn::Module {
 };
 
 struct FashionMnist : torch::data::datasets::Dataset<FashionMnist> {
-  explicit FashionMnist(gradwire::train::Dataset data) : data(std::move(data)) {}
+  explicit FashionMnist(gradwire::Dataset data) : data(std::move(data)) {}
   torch::data::Example<> get(size_t i) override { return {data.images[i], data.labels[i]}; }
   torch::optional<size_t> size() const override { return data.size(); }
-  gradwire::train::Dataset data;
+  gradwire::Dataset data;
 };
 
 int main(int argc, char** argv) {
   const int epochs = argc > 1 ? std::stoi(argv[1]) : 1;
   const size_t limit = argc > 2 ? std::stoul(argv[2]) : 0;
-  const std::string dir = gradwire::train::kFashionMnistDir;
-  auto train = FashionMnist(gradwire::train::load_fashion_mnist(dir, true, limit));
-  auto test = gradwire::train::load_fashion_mnist(dir, false, 2000);
+  const std::string dir = gradwire::kFashionMnistDir;
+  auto train = FashionMnist(gradwire::load_fashion_mnist(dir, true, limit));
+  auto test = gradwire::load_fashion_mnist(dir, false, 2000);
   const size_t train_size = *train.size();
 
   torch::manual_seed(0);

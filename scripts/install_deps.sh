@@ -4,7 +4,7 @@
 set -euo pipefail
 
 packages=(
-  build-essential cmake ninja-build ccache pkg-config git ca-certificates
+  build-essential cmake ninja-build ccache pkg-config git ca-certificates dpkg-dev file
   libtorch-dev libgloo-dev zlib1g-dev
   libzmq3-dev cppzmq-dev libfftw3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev

@@ -39,6 +39,9 @@ struct InitOptions {
   std::chrono::milliseconds collective_timeout{std::chrono::seconds(300)};
   std::string socket_ifname;
   std::string ps_bind = "127.0.0.1";
+  // Where this rank names the ranks it blames when it fails (GRADWIRE_ERROR_FILE, set by
+  // `gradwire run`); empty: nowhere.
+  std::string failure_report_file;
 
   static InitOptions from_environment();
 };

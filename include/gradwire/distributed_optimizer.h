@@ -217,6 +217,23 @@ class DistributedOptimizer {
   // a fixed codec). Log them from one rank.
   std::vector<CodecDecision> take_codec_decisions();
 
+  // Checkpoints of allreduce jobs; both calls are collective (every rank, between steps).
+  // save_checkpoint(): every rank's exchange state (error feedback's residuals and
+  // momentum, PowerSGD's factors, the adaptive codecs' measurements and choice, the traffic
+  // counters) goes to rank 0, which writes it with the parameters, the buffers, the wrapped
+  // optimizer's state and `user_state` (the caller's own: epoch, position in the data) to
+  // `path`, atomically: the previous file stays whole until the new one is. A write that
+  // fails (a full disk) throws SystemError on every rank; training may go on.
+  // load_checkpoint(): rank 0 reads `path` (no shared file system needed) and every rank
+  // restores all of it and gets `user_state` back; nullopt, with nothing changed, when rank
+  // 0 finds no file. The job then goes on as the saved one would have: bit for bit where
+  // its computation is deterministic. PayloadError for a corrupt file or one saved by
+  // another number of ranks, another codec or another model (nothing changed), or an
+  // exchange state that does not fit (the optimizer must then not be used). Strategies
+  // "ps" and "gossip": ConfigError (servers checkpoint themselves; gossip does not).
+  void save_checkpoint(const std::string& path, const std::string& user_state = "");
+  std::optional<std::string> load_checkpoint(const std::string& path);
+
   // Parameter-server jobs only (nullopt otherwise). Count the samples of the coming step
   // and their summed loss before step(); job_progress() is the servers' count after it.
   void count_samples(size_t samples, double loss_sum);

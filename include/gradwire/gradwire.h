@@ -5,3 +5,4 @@
 #include "gradwire/context.h"
 #include "gradwire/distributed_optimizer.h"
 #include "gradwire/distributed_sampler.h"
+#include "gradwire/version.h"

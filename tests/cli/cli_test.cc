@@ -176,7 +176,8 @@ TEST(CliTest, UnknownCompressorFailsWithTheList) {
 
 TEST(CliTest, RankThatNeverJoinsIsNamedWithinTheTimeout) {
   // Rank 1 sleeps instead of joining; rank 0 must give up after 3 s naming it, and the
-  // launcher must stop rank 1 and exit non-zero naming rank 0.
+  // launcher must stop rank 1 and exit non-zero naming rank 1 as the root cause (from rank
+  // 0's failure report), then rank 0's exit.
   const std::string cmd = std::string(GRADWIRE_CLI) +
                           " run -n 2 --grace-seconds 1 -- env GRADWIRE_JOIN_TIMEOUT=3 sh -c '"
                           "if [ \"$RANK\" = 1 ]; then exec sleep 60; fi; exec " +
@@ -188,7 +189,10 @@ TEST(CliTest, RankThatNeverJoinsIsNamedWithinTheTimeout) {
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("rank 1 did not join within 3.0 s; 1 of 2 joined"), std::string::npos)
       << r.output;
-  EXPECT_NE(r.output.find("rank 0 exited with status"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("gradwire run: rank 1 did not arrive: rank 0 failed waiting for it ("),
+            std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("; rank 0 exited with status"), std::string::npos) << r.output;
   EXPECT_LT(elapsed, 30.0);
 }
 

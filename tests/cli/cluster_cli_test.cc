@@ -367,4 +367,33 @@ TEST(BenchE2eTest, TinyMatrixWritesCsvAndPlots) {
   std::filesystem::remove_all(out);
 }
 
+
+// The accuracy line the example's rank 0 prints ("epoch 1 test accuracy 0.7310").
+std::string accuracy_line(const std::string& output) {
+  const size_t at = output.find("test accuracy");
+  if (at == std::string::npos) return "";
+  return output.substr(at, output.find('\n', at) - at);
+}
+
+// torchrun's multi-node launch: one `gradwire run --nnodes 2 --node-rank I` per emulated
+// host, each starting its host's 2 ranks. The 4 ranks train as one job and end with the
+// model one `gradwire run -n 4` on loopback gives (the same program, shards and ring, so
+// the same arithmetic), which the accuracy it prints shows to the last digit.
+TEST(ClusterCliTest, TwoNodesOfTwoRanksTrainLikeOneLaunchOfFour) {
+  SKIP_WITHOUT_NETNS();
+  const std::string cli = GRADWIRE_CLI;
+  const std::string example = std::string(GRADWIRE_EXAMPLE_DISTRIBUTED) + " 1 1024";
+  const auto nodes = run_command(
+      cli + " cluster --hosts 2 --bandwidth 1gbit -- /bin/sh -c '" + cli +
+          " run --nnodes 2 --node-rank $GROUP_RANK --nproc-per-node 2 --master-addr $MASTER_ADDR"
+          " --master-port 29610 -- " + example + "'",
+      240);
+  ASSERT_EQ(nodes.status, 0) << nodes.output;
+  const auto single = run_command(cli + " run -n 4 -- " + example, 240);
+  ASSERT_EQ(single.status, 0) << single.output;
+  const std::string expected = accuracy_line(single.output);
+  ASSERT_FALSE(expected.empty()) << single.output;
+  EXPECT_EQ(accuracy_line(nodes.output), expected) << nodes.output;
+}
+
 }  // namespace

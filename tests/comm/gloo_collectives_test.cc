@@ -2,7 +2,10 @@
 
 #include <ATen/ATen.h>
 
+#include <unistd.h>
+
 #include <atomic>
+#include <cstdio>
 #include <mutex>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
@@ -12,6 +15,7 @@
 #include "../common/gloo_harness.h"
 #include "gradwire/comm/gloo_collectives.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/failure_report.h"
 
 namespace gradwire::comm {
 namespace {
@@ -19,6 +23,14 @@ namespace {
 using namespace std::chrono_literals;
 using gradwire::testing::quick_timeouts;
 using gradwire::testing::run_gloo_ranks;
+
+// A failure-report path of this test process (the launcher gives each rank one); the
+// ranks of these tests are threads and share it: the first report stands.
+std::string fresh_report_path(const std::string& name) {
+  const std::string path = "/tmp/gradwire_gloo_test_" + std::to_string(::getpid()) + "_" + name;
+  std::remove(path.c_str());
+  return path;
+}
 
 TEST(GlooCollectivesTest, AllreduceFloat32AndFloat16) {
   run_gloo_ranks(3, [](int rank, std::unique_ptr<Collectives>& cp) {
@@ -98,9 +110,11 @@ TEST(GlooCollectivesTest, RankThatNeverJoinsIsNamedWithinTheTimeout) {
   std::mutex mu;
   std::vector<std::string> messages;
   const auto start = std::chrono::steady_clock::now();
+  auto options = quick_timeouts(/*join=*/5s);
+  options.failure_report_file = fresh_report_path("never_joins");
   try {
     run_gloo_ranks(3, [](int, std::unique_ptr<Collectives>&) { FAIL() << "joined without rank 2"; },
-                   quick_timeouts(/*join=*/5s), /*ranks_to_start=*/{0, 1});
+                   options, /*ranks_to_start=*/{0, 1});
   } catch (const TimeoutError& e) {
     messages.push_back(e.what());
   }
@@ -110,12 +124,20 @@ TEST(GlooCollectivesTest, RankThatNeverJoinsIsNamedWithinTheTimeout) {
   EXPECT_NE(messages[0].find("rank 2 did not join within 5.0 s; 2 of 3 joined"), std::string::npos)
       << messages[0];
   EXPECT_LT(elapsed, 15.0);
+  // The launcher learns whom to blame.
+  const auto report = read_failure_report(options.failure_report_file);
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ(report->blamed, std::vector<int>{2});
+  EXPECT_NE(report->message.find("rank 2 did not join"), std::string::npos) << report->message;
+  std::remove(options.failure_report_file.c_str());
 }
 
 TEST(GlooCollectivesTest, RankThatStopsCallingIsNamedWithinTheTimeout) {
   std::mutex mu;
   std::string message;
   std::atomic<bool> done{false};
+  auto options = quick_timeouts(20s, /*op=*/1500ms);
+  options.failure_report_file = fresh_report_path("stops_calling");
   try {
     run_gloo_ranks(
         3,
@@ -135,11 +157,15 @@ TEST(GlooCollectivesTest, RankThatStopsCallingIsNamedWithinTheTimeout) {
           }
           done = true;
         },
-        quick_timeouts(20s, /*op=*/1500ms));
+        options);
   } catch (const std::exception&) {
     // Tearing down a broken group may throw too; the message above is what matters.
   }
   EXPECT_NE(message.find("rank 1 did not arrive"), std::string::npos) << message;
+  const auto report = read_failure_report(options.failure_report_file);
+  ASSERT_TRUE(report.has_value());
+  EXPECT_EQ(report->blamed, std::vector<int>{1});
+  std::remove(options.failure_report_file.c_str());
 }
 
 TEST(GlooCollectivesTest, RankThatThrowsLeavesPromptlyAndPeersFail) {

@@ -94,5 +94,14 @@ TEST(ByteReader, EmptyInput) {
   EXPECT_EQ(reader.get_bytes(0, "nothing").size(), 0u);
 }
 
+TEST(PrintableIdentity, PrintableNamesAreQuotedBinaryIsHex) {
+  EXPECT_EQ(printable_identity("worker3"), "'worker3'");
+  // A ZeroMQ-generated routing id: a zero byte and four random ones.
+  EXPECT_EQ(printable_identity(std::string("\x00\x80\x00\x41\xff", 5)), "0x00800041ff");
+  EXPECT_EQ(printable_identity("a\nb"), "0x610a62");  // control bytes never reach a terminal
+  EXPECT_EQ(printable_identity("it's"), "0x69742773");  // nor a quote that would end the quoting
+  EXPECT_EQ(printable_identity(""), "0x");
+}
+
 }  // namespace
 }  // namespace gradwire

@@ -101,7 +101,10 @@ void write_fully(int fd, const std::string& text) {
   try {
     LaunchResult result = run_processes(options);
     report = "R\n" + std::to_string(result.exit_code) + "\n" +
-             std::to_string(result.failed_rank.value_or(-1)) + "\n" + result.message;
+             std::to_string(result.failed_rank.value_or(-1)) + "\n" +
+             std::to_string(result.restarted_after.size()) + "\n";
+    for (const std::string& message : result.restarted_after) report += message + "\n";
+    report += result.message;
   } catch (const std::exception& e) {
     report = std::string("E\n") + e.what();
   }
@@ -116,9 +119,12 @@ void parse_report(const std::string& report, Outcome& outcome) {
   if (kind == "E") {
     outcome.exception = report.substr(2);
   } else if (kind == "R") {
-    std::string exit_code, failed_rank;
+    std::string exit_code, failed_rank, restarts;
     std::getline(in, exit_code);
     std::getline(in, failed_rank);
+    std::getline(in, restarts);
+    outcome.result.restarted_after.resize(std::stoul(restarts));
+    for (std::string& message : outcome.result.restarted_after) std::getline(in, message);
     std::getline(in, outcome.result.message, '\0');
     outcome.result.exit_code = std::stoi(exit_code);
     if (std::stoi(failed_rank) >= 0) outcome.result.failed_rank = std::stoi(failed_rank);
@@ -326,6 +332,39 @@ TEST(Launcher, KeepsTheLaunchersOmpNumThreadsAndAnExplicitPort) {
   }
 }
 
+// One node of a multi-node job: its ranks are numbered after the nodes before it.
+TEST(Launcher, NumbersTheRanksOfOneNodeOfSeveral) {
+  LaunchOptions options = helper_options(2, {"env"});
+  options.nnodes = 3;
+  options.node_rank = 1;
+  options.master_port = 29518;
+  Outcome outcome = launch(options);
+  expect_launcher_returned(outcome);
+  EXPECT_EQ(outcome.result.exit_code, 0) << outcome.result.message;
+  for (int local = 0; local < 2; ++local) {
+    const int rank = 2 + local;
+    auto variables = variables_of_rank(outcome.out, rank);
+    EXPECT_EQ(variables["RANK"], std::to_string(rank));
+    EXPECT_EQ(variables["ROLE_RANK"], std::to_string(rank));
+    EXPECT_EQ(variables["LOCAL_RANK"], std::to_string(local));
+    EXPECT_EQ(variables["WORLD_SIZE"], "6");
+    EXPECT_EQ(variables["ROLE_WORLD_SIZE"], "6");
+    EXPECT_EQ(variables["LOCAL_WORLD_SIZE"], "2");
+    EXPECT_EQ(variables["GROUP_RANK"], "1");
+    EXPECT_EQ(variables["GROUP_WORLD_SIZE"], "3");
+    EXPECT_EQ(variables["MASTER_PORT"], "29518");
+  }
+}
+
+TEST(Launcher, RefusesAMultiNodeJobWithoutAPortOrWithABadNodeRank) {
+  LaunchOptions options = helper_options(2, {"env"});
+  options.nnodes = 2;
+  EXPECT_THROW(run_processes(options), ConfigError);  // no master port
+  options.master_port = 29519;
+  options.node_rank = 2;
+  EXPECT_THROW(run_processes(options), ConfigError);
+}
+
 TEST(Launcher, LeavesOmpNumThreadsAloneUnlessAsked) {
   ChildSetup setup;
   setup.launcher_env = {{"OMP_NUM_THREADS", std::nullopt}};
@@ -451,6 +490,50 @@ TEST(Launcher, NamesTheSignalThatKilledARank) {
   EXPECT_EQ(outcome.result.failed_rank, 1);
   EXPECT_EQ(outcome.result.message, "rank 1 was killed by signal 9 (Killed)");
   expect_all_gone(outcome, 2);
+}
+
+// A hung rank makes the others fail; the launcher names the hung rank, not the first rank
+// that exited because of it (rank 1 here: odd ranks fail first).
+TEST(Launcher, NamesTheRankTheFailedRanksBlame) {
+  Outcome outcome = launch(helper_options(4, {"blame-rank", "2"}));
+  expect_launcher_returned(outcome);
+  EXPECT_EQ(outcome.result.exit_code, 2);
+  EXPECT_EQ(outcome.result.failed_rank, 2);
+  EXPECT_EQ(outcome.result.message.rfind("rank 2 did not arrive: rank", 0), 0)
+      << outcome.result.message;
+  EXPECT_NE(outcome.result.message.find(
+                "(allreduce #7 failed on rank 1: rank 2 did not arrive within 1 s); "
+                "rank 1 exited with status 2"),
+            std::string::npos)
+      << outcome.result.message;
+  expect_all_gone(outcome, 1);  // the hung rank, stopped
+}
+
+// torchrun's --max-restarts: a failure stops every rank and starts them all again.
+TEST(Launcher, RestartsEveryRankAfterAFailureUpToMaxRestarts) {
+  LaunchOptions options = helper_options(3, {"fail-until", "1", "5", "2"});
+  options.max_restarts = 2;
+  Outcome outcome = launch(options);
+  expect_launcher_returned(outcome);
+  EXPECT_EQ(outcome.result.exit_code, 0) << outcome.result.message << outcome.err;
+  ASSERT_EQ(outcome.result.restarted_after.size(), 2u);
+  EXPECT_EQ(outcome.result.restarted_after[0], "rank 1 exited with status 5");
+  for (int rank = 0; rank < 3; ++rank) {
+    EXPECT_NE(outcome.out.find("[" + std::to_string(rank) + "] attempt 2 of max 2"),
+              std::string::npos)
+        << outcome.out;
+  }
+  EXPECT_NE(outcome.err.find("gradwire run: rank 1 exited with status 5; restarting every rank "
+                             "(restart 2 of at most 2)"),
+            std::string::npos)
+      << outcome.err;
+
+  options.max_restarts = 1;  // one restart is not enough: the second failure stands
+  outcome = launch(options);
+  expect_launcher_returned(outcome);
+  EXPECT_EQ(outcome.result.exit_code, 5);
+  EXPECT_EQ(outcome.result.failed_rank, 1);
+  EXPECT_EQ(outcome.result.restarted_after.size(), 1u);
 }
 
 TEST(Launcher, KillsRanksThatIgnoreSigtermAfterTheGracePeriod) {

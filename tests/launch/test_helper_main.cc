@@ -10,6 +10,12 @@
 //                        rank R exits CODE after 200 ms; the others print "pid=P" and sleep
 //                        (ignoring SIGTERM with "hang")
 //   signal-rank R SIG    rank R kills itself with SIG after 200 ms; the others sleep
+//   blame-rank R         rank R sleeps (as if hung); every other rank writes a failure
+//                        report blaming R to GRADWIRE_ERROR_FILE (core/failure_report.h's
+//                        format) and exits 2 after 200 ms, odd ranks 100 ms before even
+//   fail-until R CODE N  while TORCHELASTIC_RESTART_COUNT < N, rank R exits CODE after 100 ms
+//                        (the others sleep); from restart N on, every rank prints
+//                        "attempt K of max M" and exits 0
 //   hang                 ignore SIGTERM and SIGINT, print "pid=P" and "ready", sleep
 //   trap-term            print "pid=P" and "ready"; on SIGTERM/SIGINT print "rank R got
 //                        signal S" and exit 0
@@ -27,6 +33,7 @@
 #include <unistd.h>
 
 #include <chrono>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <string>
@@ -165,7 +172,8 @@ int main(int argc, char** argv) {
   if (command == "env") {
     for (const char* name :
          {"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "GROUP_RANK", "MASTER_ADDR",
-          "MASTER_PORT", "OMP_NUM_THREADS", "GRADWIRE_TEST_EXTRA", "GLOO_SOCKET_IFNAME"}) {
+          "MASTER_PORT", "OMP_NUM_THREADS", "GRADWIRE_TEST_EXTRA", "GLOO_SOCKET_IFNAME",
+          "GROUP_WORLD_SIZE", "ROLE_RANK", "ROLE_WORLD_SIZE"}) {
       const char* value = std::getenv(name);
       say(std::string(name) + "=" + (value != nullptr ? value : "<unset>"));
     }
@@ -200,6 +208,37 @@ int main(int argc, char** argv) {
       return 0;
     }
     print_pid();
+    sleep_for(kLongSleep);
+    return 0;
+  }
+  if (command == "blame-rank" && argc == 3) {
+    const std::string blamed = argv[2];
+    if (rank_text == blamed) {
+      print_pid();
+      sleep_for(kLongSleep);
+      return 0;
+    }
+    sleep_for(std::chrono::milliseconds(rank % 2 == 1 ? 100 : 200));
+    if (const char* path = std::getenv("GRADWIRE_ERROR_FILE"); path && *path) {
+      if (FILE* file = std::fopen(path, "w")) {
+        std::fprintf(file, "gradwire-failure 1\nblame %s\nallreduce #7 failed on rank %s: rank %s "
+                     "did not arrive within 1 s\n", blamed.c_str(), rank_text.c_str(), blamed.c_str());
+        std::fclose(file);
+      }
+    }
+    return 2;
+  }
+  if (command == "fail-until" && argc == 5) {
+    const int attempt = env_int("TORCHELASTIC_RESTART_COUNT");
+    if (attempt >= std::atoi(argv[4])) {
+      say("attempt " + std::to_string(attempt) + " of max " +
+          std::to_string(env_int("TORCHELASTIC_MAX_RESTARTS")));
+      return 0;
+    }
+    if (rank == std::atoi(argv[2])) {
+      sleep_for(std::chrono::milliseconds(100));
+      return std::atoi(argv[3]);
+    }
     sleep_for(kLongSleep);
     return 0;
   }

@@ -526,5 +526,14 @@ TEST(PsUpdater, StateBytes) {
   EXPECT_EQ(Updater(options_of("ddc-asgd", 0.1, 0.9), sizes, 4).state_bytes(), 100u);
 }
 
+// The default momentum of asynchronous jobs: BSP's less the 1 - 1/W asynchrony adds.
+TEST(AsynchronousMomentum, SubtractsTheImplicitMomentumOfWWorkers) {
+  EXPECT_DOUBLE_EQ(asynchronous_momentum(0.9, 1), 0.9);
+  EXPECT_NEAR(asynchronous_momentum(0.9, 2), 0.4, 1e-12);
+  EXPECT_NEAR(asynchronous_momentum(0.9, 4), 0.15, 1e-12);
+  EXPECT_DOUBLE_EQ(asynchronous_momentum(0.9, 16), 0.0);  // never negative
+  EXPECT_DOUBLE_EQ(asynchronous_momentum(0.0, 4), 0.0);
+}
+
 }  // namespace
 }  // namespace gradwire::strategy::ps

@@ -25,15 +25,6 @@ struct BenchArgs {
   double min_time = 0;
 };
 
-std::filesystem::path bench_binary(const std::string& name) {
-  const auto self = std::filesystem::read_symlink("/proc/self/exe");
-  for (const auto& candidate : {self.parent_path() / "bench" / name, self.parent_path() / name}) {
-    if (std::filesystem::exists(candidate)) return candidate;
-  }
-  throw ConfigError("the benchmark binary bench/" + name + " was not found next to " +
-                    self.string() + ": build with -DGRADWIRE_BUILD_BENCH=ON");
-}
-
 int run(std::vector<std::string> args) {
   std::vector<char*> argv;
   for (auto& s : args) argv.push_back(s.data());
@@ -49,7 +40,7 @@ int run(std::vector<std::string> args) {
 }
 
 int run_codec_bench(const BenchArgs& a) {
-  std::vector<std::string> args{bench_binary("gradwire_bench_codecs").string()};
+  std::vector<std::string> args{bench_file("gradwire_bench_codecs").string()};
   std::string filter = a.filter;
   if (!a.size.empty()) filter = "(" + filter + ").*/" + a.size + "$";  // name/face/size
   args.push_back("--benchmark_filter=" + filter);
@@ -62,6 +53,19 @@ int run_codec_bench(const BenchArgs& a) {
 }
 
 }  // namespace
+
+std::filesystem::path bench_file(const std::string& name) {
+  const std::filesystem::path self_dir = std::filesystem::read_symlink("/proc/self/exe").parent_path();
+  const std::filesystem::path candidates[] = {self_dir / "bench" / name,
+                                              self_dir / ".." / "libexec" / "gradwire" / name};
+  for (const auto& candidate : candidates) {
+    if (std::filesystem::exists(candidate)) return candidate.lexically_normal();
+  }
+  throw ConfigError(name + " was found neither in " + candidates[0].parent_path().string() +
+                    " (a build tree) nor in " + candidates[1].parent_path().lexically_normal().string() +
+                    " (an installed gradwire): build gradwire with its benchmarks "
+                    "(-DGRADWIRE_BUILD_BENCH=ON)");
+}
 
 void add_bench_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<BenchArgs>();
@@ -80,7 +84,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   auto* quality = bench->add_subcommand(
       "quality", "Compression ratio and relative L2 error of every codec on the same inputs");
   quality->callback(
-      [&exit_code] { exit_code = run({bench_binary("gradwire_codec_quality").string()}); });
+      [&exit_code] { exit_code = run({bench_file("gradwire_codec_quality").string()}); });
   add_bench_e2e_command(*bench, exit_code);
 }
 

@@ -62,16 +62,6 @@ std::vector<std::string> split(const std::string& text) {
 
 fs::path self_path() { return fs::read_symlink("/proc/self/exe"); }
 
-// bench/<name> beside the gradwire executable (the build tree copies the scripts there).
-fs::path bench_file(const std::string& name) {
-  for (const auto& candidate :
-       {self_path().parent_path() / "bench" / name, self_path().parent_path() / name}) {
-    if (fs::exists(candidate)) return candidate;
-  }
-  throw ConfigError("bench/" + name + " was not found next to " + self_path().string() +
-                    ": build gradwire with its benchmarks (-DGRADWIRE_BUILD_BENCH=ON)");
-}
-
 std::string duration(double seconds) {
   if (!(seconds >= 0)) return "?";
   const long s = std::lround(seconds);

@@ -3,9 +3,17 @@
 // `exit_code` must outlive app.parse(). Errors are reported on stderr by the subcommand itself.
 #pragma once
 
+#include <filesystem>
+#include <string>
+
 #include <CLI/CLI.hpp>
 
 namespace gradwire::cli {
+
+// A file `gradwire bench` runs (a benchmark binary, the DDP peer, the plot script): in a
+// build tree under bench/ beside the gradwire executable, when installed in
+// <prefix>/libexec/gradwire. ConfigError naming where it looked when it is in neither.
+std::filesystem::path bench_file(const std::string& name);
 
 // `gradwire run -n N [--master-addr A] [--master-port P] [--grace-seconds S] [--no-prefix]
 //  -- PROGRAM ARGS...`: starts N local copies of PROGRAM with torchrun's environment.

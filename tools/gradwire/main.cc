@@ -3,17 +3,20 @@
 #include <csignal>
 #include <cstdio>
 #include <exception>
+#include <string>
 
 #include <CLI/CLI.hpp>
 
 #include "commands.h"
 #include "gradwire/core/error.h"
+#include "gradwire/version.h"
 
 int main(int argc, char** argv) {
   // A write past RLIMIT_FSIZE must fail with EFBIG (reported, the previous checkpoint
   // kept) rather than kill the process.
   std::signal(SIGXFSZ, SIG_IGN);
   CLI::App app{"gradwire: communication-efficient distributed training for libtorch"};
+  app.set_version_flag("--version", std::string("gradwire ") + gradwire::kVersion);
   app.require_subcommand(1);
   int exit_code = 0;
   gradwire::cli::add_run_command(app, exit_code);

@@ -18,7 +18,10 @@ constexpr int kUsageExitCode = 2;
 constexpr int kSystemExitCode = 1;
 
 struct RunArguments {
-  int num_processes = 1;
+  int num_processes = 1;  // on this node
+  int nnodes = 1;
+  int node_rank = 0;
+  int max_restarts = 0;
   int servers = 0;  // parameter servers started besides the N workers
   std::string master_addr = "127.0.0.1";
   int master_port = 0;
@@ -39,8 +42,23 @@ launch::LaunchOptions to_launch_options(const RunArguments& args) {
                       std::to_string(args.grace_seconds));
   }
   if (args.servers < 0) throw ConfigError("--servers must not be negative");
+  if (args.servers > 0 && args.nnodes > 1) {
+    // Servers are ranks N..N+S-1 after every node's workers (comm/rendezvous.h): no node's
+    // launcher holds a contiguous block with them.
+    throw ConfigError(
+        "--servers with --nnodes > 1: start parameter-server jobs from one launcher (gradwire "
+        "train --strategy ps runs on one node), or start the servers as their own node");
+  }
+  if (args.nnodes > 1 && args.master_port == 0) {
+    throw ConfigError("--nnodes " + std::to_string(args.nnodes) +
+                      " needs --master-port P, the same on every node (and --master-addr, the "
+                      "address of node 0)");
+  }
   launch::LaunchOptions options;
   options.num_processes = args.num_processes + args.servers;
+  options.nnodes = args.nnodes;
+  options.node_rank = args.node_rank;
+  options.max_restarts = args.max_restarts;
   if (args.servers > 0) {
     // Ranks [N, N + S) are the servers (comm/rendezvous.h); they wait on the network.
     options.extra_env["GRADWIRE_NUM_SERVERS"] = std::to_string(args.servers);
@@ -87,6 +105,18 @@ void add_run_command(CLI::App& app, int& exit_code) {
   run_app->add_option("-n,--nproc-per-node", args->num_processes, "number of processes to start")
       ->capture_default_str();
   run_app
+      ->add_option("--nnodes", args->nnodes,
+                   "number of nodes of the job; one `gradwire run` per node, each with its "
+                   "--node-rank and the same --master-addr and --master-port")
+      ->check(CLI::PositiveNumber)
+      ->capture_default_str();
+  run_app
+      ->add_option("--node-rank", args->node_rank,
+                   "this node's index in 0..nnodes-1 (GROUP_RANK); its ranks are "
+                   "node-rank * nproc-per-node and up")
+      ->check(CLI::NonNegativeNumber)
+      ->capture_default_str();
+  run_app
       ->add_option("--servers", args->servers,
                    "also start S parameter servers (ranks N..N+S-1, GRADWIRE_NUM_SERVERS=S) for "
                    "programs using strategy \"ps\"")
@@ -102,6 +132,13 @@ void add_run_command(CLI::App& app, int& exit_code) {
       ->add_option("--grace-seconds", args->grace_seconds,
                    "after a rank fails or a signal arrives, how long the others get to exit "
                    "before SIGKILL")
+      ->capture_default_str();
+  run_app
+      ->add_option("--max-restarts", args->max_restarts,
+                   "when a rank fails, stop every rank and start them all again, up to R times "
+                   "(TORCHELASTIC_RESTART_COUNT tells the ranks which attempt this is; they "
+                   "resume from their own checkpoints)")
+      ->check(CLI::NonNegativeNumber)
       ->capture_default_str();
   run_app->add_flag("--no-prefix", args->no_prefix,
                     "pass the ranks' output through unchanged, without \"[rank] \"");

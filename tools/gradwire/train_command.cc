@@ -5,13 +5,15 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <thread>
 
 #include "commands.h"
 #include "gradwire/context.h"
 #include "gradwire/core/error.h"
+#include "gradwire/fashion_mnist.h"
 #include "gradwire/launch/launcher.h"
-#include "gradwire/train/fashion_mnist.h"
+#include "gradwire/strategy/ps/updater.h"
 #include "gradwire/train/trainer.h"
 
 namespace gradwire::cli {
@@ -25,7 +27,9 @@ struct TrainArgs {
   std::string on_worker_loss = "fail";
   int threads = 0;
   int master_port = 0;
+  int max_restarts = 0;
   bool worker = false;
+  bool momentum_given = false;  // --momentum on the command line
   std::string progress = "auto";
 };
 
@@ -106,6 +110,9 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
 int run_worker(TrainArgs& a) {
   if (a.threads > 0) train::set_compute_threads(a.threads);
   a.options.ps.continue_on_worker_loss = a.on_worker_loss == "continue";
+  if (const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT"); attempt && *attempt) {
+    a.options.restart_count = std::atoi(attempt);  // set by the launcher (--max-restarts)
+  }
   auto context = gradwire::init();
   if (context->is_server()) return 0;  // a parameter server whose job is over
   if (a.progress == "tty") {
@@ -146,7 +153,17 @@ int launch_workers(TrainArgs& a) {
   if (a.options.strategy != "ps" && !a.options.worker_speed.empty()) {
     throw ConfigError("--worker-speed applies to --strategy ps");
   }
+  if (a.options.strategy == "ps" && a.options.ps.consistency != "bsp" && !a.momentum_given) {
+    // The default momentum is BSP's; asynchronous workers add their own (updater.h).
+    const double synchronous = a.options.momentum;
+    a.options.momentum = strategy::ps::asynchronous_momentum(synchronous, a.workers);
+    std::fprintf(stderr,
+                 "gradwire train: momentum %.2f for %d asynchronous workers (%.2f less the "
+                 "1 - 1/%d that asynchrony adds, at least 0; --momentum sets it)\n",
+                 a.options.momentum, a.workers, synchronous, a.workers);
+  }
   launch.master_port = a.master_port;
+  launch.max_restarts = a.max_restarts;
   launch.command = worker_command(a);
   launch.threads_per_process = a.threads;
   const auto result = launch::run_processes(launch);
@@ -191,8 +208,10 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "Seconds of silence after which a worker is presumed lost")
       ->capture_default_str();
   cmd->add_option("--checkpoint-dir", o.ps.checkpoint_dir,
-                  "Servers checkpoint here; a job started on it resumes");
-  cmd->add_option("--checkpoint-every", o.ps.checkpoint_every, "Updates between checkpoints")
+                  "Checkpoint here (allreduce: rank 0, the whole job's state; ps: the servers); "
+                  "a job started on it resumes");
+  cmd->add_option("--checkpoint-every", o.ps.checkpoint_every,
+                  "Steps (allreduce) or server updates (ps) between checkpoints")
       ->capture_default_str();
   cmd->add_option("--bind", args->bind, "Address the servers (gossip: the workers) listen on")
       ->capture_default_str();
@@ -230,7 +249,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
   cmd->add_option("--seed", o.seed)->capture_default_str();
   cmd->add_option("--data-dir", o.data_dir, "Fashion-MNIST directory")
-      ->default_str(train::kFashionMnistDir);
+      ->default_str(kFashionMnistDir);
   cmd->add_option("--train-limit", o.train_limit, "Use only the first N training samples (0: all)");
   cmd->add_option("--test-limit", o.test_limit, "Use only the first N test samples (0: all)");
   cmd->add_option("--eval-every", o.eval_every,
@@ -242,12 +261,18 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "(open it in Perfetto)");
   cmd->add_option("--threads", args->threads, "Compute threads per worker (0: cores / workers)");
   cmd->add_option("--master-port", args->master_port, "Rendezvous port (0: pick a free one)");
+  cmd->add_option("--max-restarts", args->max_restarts,
+                  "When a rank fails, restart every rank, up to R times; the job resumes from "
+                  "--checkpoint-dir")
+      ->check(CLI::NonNegativeNumber);
   cmd->add_option("--progress", args->progress, "auto, tty, lines or none")
       ->check(CLI::IsMember({"auto", "tty", "lines", "none"}));
   cmd->add_flag("--worker", args->worker,
                 "Run as one rank of a job started by a launcher (reads RANK, WORLD_SIZE, ...)");
-  cmd->callback(
-      [args, &exit_code] { exit_code = args->worker ? run_worker(*args) : launch_workers(*args); });
+  cmd->callback([args, cmd, &exit_code] {
+    args->momentum_given = cmd->count("--momentum") > 0;
+    exit_code = args->worker ? run_worker(*args) : launch_workers(*args);
+  });
 }
 
 }  // namespace gradwire::cli

@@ -9,6 +9,7 @@
 #include <exception>
 
 #include "gradwire/core/error.h"
+#include "gradwire/core/failure_report.h"
 
 namespace gradwire::comm {
 namespace {
@@ -57,7 +58,11 @@ class GlooCollectives : public Collectives {
  public:
   GlooCollectives(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                   const GlooOptions& options)
-      : store_(std::move(store)), rank_(rank), size_(size), timeout_(options.timeout) {
+      : store_(std::move(store)),
+        rank_(rank),
+        size_(size),
+        timeout_(options.timeout),
+        failure_report_file_(options.failure_report_file) {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create();
     gloo_options->timeout = options.timeout;
     gloo_options->devices.push_back(
@@ -209,7 +214,10 @@ class GlooCollectives : public Collectives {
                  std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s";
     }
     message += progress_note + " [" + cause + "]";
-    if (!behind.empty()) throw TimeoutError(message);
+    if (!behind.empty()) {
+      write_failure_report(failure_report_file_, {behind, message});
+      throw TimeoutError(message);
+    }
     throw Error(message);
   }
 
@@ -231,6 +239,7 @@ class GlooCollectives : public Collectives {
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
+  std::string failure_report_file_;
   uint64_t sequence_ = 0;
   std::vector<int64_t> sizes_;  // allgather_bytes's scratch, kept across calls
   Bytes padded_;

@@ -18,6 +18,9 @@ struct GlooOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   std::string bind_hostname;   // used when bind_interface is empty
   std::string bind_interface;  // e.g. "eth0"
+  // A collective that fails because ranks never arrived names them here
+  // (core/failure_report.h); empty: nowhere.
+  std::string failure_report_file;
 };
 
 std::unique_ptr<Collectives> make_gloo_collectives(c10::intrusive_ptr<c10d::Store> store, int rank,

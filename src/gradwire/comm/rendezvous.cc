@@ -18,6 +18,7 @@
 #include "gradwire/comm/gloo_collectives.h"
 #include "gradwire/comm/local_collectives.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/failure_report.h"
 
 namespace gradwire::comm {
 namespace {
@@ -51,7 +52,7 @@ std::vector<uint8_t> as_bytes(const std::string& s) { return {s.begin(), s.end()
 
 // Every rank counts itself in, then waits for the rest; on timeout names who is missing.
 void wait_for_all_ranks(c10d::Store& store, const WorldInfo& world,
-                        std::chrono::milliseconds timeout) {
+                        std::chrono::milliseconds timeout, const std::string& failure_report_file) {
   store.set("joined/" + std::to_string(world.rank), as_bytes("1"));
   int64_t joined = store.add("joined", 1);
   const auto deadline = Clock::now() + timeout;
@@ -61,11 +62,13 @@ void wait_for_all_ranks(c10d::Store& store, const WorldInfo& world,
       for (int r = 0; r < world.world_size; ++r) {
         if (!store.check({"joined/" + std::to_string(r)})) missing.push_back(r);
       }
-      throw TimeoutError("rank " + std::to_string(world.rank) + ": " + describe_ranks(missing) +
-                         " did not join within " + seconds(timeout) + " s; " +
-                         std::to_string(joined) + " of " + std::to_string(world.world_size) +
-                         " joined at " + world.master_addr + ":" +
-                         std::to_string(world.master_port));
+      const std::string message =
+          "rank " + std::to_string(world.rank) + ": " + describe_ranks(missing) +
+          " did not join within " + seconds(timeout) + " s; " + std::to_string(joined) + " of " +
+          std::to_string(world.world_size) + " joined at " + world.master_addr + ":" +
+          std::to_string(world.master_port);
+      write_failure_report(failure_report_file, {missing, message});
+      throw TimeoutError(message);
     }
     std::this_thread::sleep_for(std::chrono::milliseconds(20));
     joined = store.add("joined", 0);
@@ -115,7 +118,7 @@ c10::intrusive_ptr<c10d::Store> join_store(const WorldInfo& world, const Connect
   }
   tcp_store->setTimeout(options.join_timeout);
   auto store = c10::make_intrusive<c10d::PrefixStore>("gradwire", tcp_store);
-  wait_for_all_ranks(*store, world, options.join_timeout);
+  wait_for_all_ranks(*store, world, options.join_timeout, options.failure_report_file);
   tcp_store->setTimeout(options.collective_timeout);
   return store;
 }
@@ -125,6 +128,7 @@ std::unique_ptr<Collectives> gloo_over(c10::intrusive_ptr<c10d::Store> store, in
   GlooOptions gloo;
   gloo.timeout = options.collective_timeout;
   gloo.bind_interface = options.socket_ifname;
+  gloo.failure_report_file = options.failure_report_file;
   gloo.bind_hostname = is_loopback(world.master_addr) ? "127.0.0.1" : "";
   if (gloo.bind_interface.empty() && gloo.bind_hostname.empty()) {
     char host[256] = {0};

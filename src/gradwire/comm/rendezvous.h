@@ -35,6 +35,9 @@ struct ConnectOptions {
   // Network interface Gloo binds to (e.g. from GLOO_SOCKET_IFNAME); empty: 127.0.0.1 when
   // MASTER_ADDR is a loopback address, the host's default address otherwise.
   std::string socket_ifname;
+  // Ranks that never join or never arrive at a collective are named here
+  // (core/failure_report.h); empty: nowhere.
+  std::string failure_report_file;
 };
 
 // Joins the world and returns its collectives (LocalCollectives for a world of one).

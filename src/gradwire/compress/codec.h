@@ -128,6 +128,16 @@ class Codec {
   // Shared-scale face (int8): non-null when the codec can run the allreduce protocol of
   // SharedScaleFace below. Strategies without allreduce use the message face.
   virtual SharedScaleFace* shared_scale() { return nullptr; }
+
+  // Checkpoints (DistributedOptimizer's save and load): the state this codec carries from one
+  // step to the next (error feedback's residual and momentum, PowerSGD's Q, warm-up and step
+  // counters, random generators' states), appended to `out`. load_state() restores what
+  // save_state() wrote into a codec built from the same spec for the same tensor, so that
+  // it then encodes every following step exactly (bit for bit) as the saved one would have.
+  // Stateless codecs write nothing. load_state() throws PayloadError for bytes that do not
+  // fit (truncated, another codec's, another tensor size's) and then leaves the codec as it was.
+  virtual void save_state(Bytes& out) const {}
+  virtual void load_state(ByteReader& in) {}
 };
 
 // PowerSGD's exchange (ALGORITHMS.md 3), driven by a strategy that owns the allreduces:

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <span>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <vector>
 
@@ -112,5 +113,27 @@ class ByteReader {
   std::span<const uint8_t> data_;
   size_t offset_ = 0;
 };
+
+// A length-prefixed section (u64 length, then the bytes), for nested states that each
+// check their own end: put_section() appends one, get_section() returns a reader over the
+// next one (valid while `in`'s bytes are) and moves `in` past it.
+inline void put_section(Bytes& out, std::span<const uint8_t> section) {
+  ByteWriter writer(out);
+  writer.put<uint64_t>(section.size());
+  writer.put_array<uint8_t>(section);
+}
+inline ByteReader get_section(ByteReader& in, const char* field) {
+  const auto size = in.get<uint64_t>(field);
+  if (size > in.remaining()) {
+    throw PayloadError(std::string("truncated ") + field + ": " + std::to_string(size) +
+                       " bytes announced, " + std::to_string(in.remaining()) + " remain");
+  }
+  return ByteReader(in.get_bytes(static_cast<size_t>(size), field));
+}
+
+// How a peer identity or other bytes from the network appear in a log line: quoted as they
+// are when every byte is printable ASCII ('worker3'), else as hex (0x00a3f1...), so that a
+// ZeroMQ routing id or a malformed name never writes control bytes to a terminal.
+std::string printable_identity(std::string_view bytes);
 
 }  // namespace gradwire

@@ -15,11 +15,13 @@
 #include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
 #include <mutex>
 #include <string_view>
 #include <utility>
 
 #include "gradwire/core/error.h"
+#include "gradwire/core/failure_report.h"
 #include "gradwire/launch/child_start.h"
 #include "gradwire/launch/line_prefixer.h"
 #include "gradwire/launch/output_sink.h"
@@ -58,9 +60,10 @@ struct RankProcess {
 
 class Supervisor {
  public:
-  Supervisor(const LaunchOptions& options, int master_port)
+  Supervisor(const LaunchOptions& options, int master_port, int restart_count)
       : options_(options),
         master_port_(master_port),
+        restart_count_(restart_count),
         stdout_sink_(STDOUT_FILENO, &progress_visible_),
         stderr_sink_(STDERR_FILENO, &progress_visible_) {}
 
@@ -71,6 +74,10 @@ class Supervisor {
       ::killpg(process.pid, SIGKILL);
       if (process.running) wait_blocking(process.pid);
     }
+    if (!report_dir_.empty()) {
+      std::error_code ignored;
+      std::filesystem::remove_all(report_dir_, ignored);
+    }
   }
 
   Supervisor(const Supervisor&) = delete;
@@ -79,6 +86,7 @@ class Supervisor {
   LaunchResult run() {
     std::fflush(stdout);
     std::fflush(stderr);
+    make_report_dir();
     start_ranks();
     supervise();
     stdout_sink_.finish();
@@ -109,27 +117,51 @@ class Supervisor {
     }
 
     ranks_.reserve(static_cast<std::size_t>(options_.num_processes));
-    for (int rank = 0; rank < options_.num_processes; ++rank) {
+    for (int local = 0; local < options_.num_processes; ++local) {
       if (stopping_) break;  // a rank failed to start, or the launcher was interrupted
-      start_rank(rank, inherited, argv.data(), null_stdin.get());
+      start_rank(local, inherited, argv.data(), null_stdin.get());
       handle_signals();
     }
   }
 
-  void start_rank(int rank, const Environment& inherited, char* const* argv, int stdin_fd) {
+  // A directory for the ranks' failure reports, removed with the supervisor. Without one
+  // (no writable temporary directory) failures are named by exit order alone.
+  void make_report_dir() {
+    const std::filesystem::path base = std::filesystem::temp_directory_path();
+    std::string pattern = (base / "gradwire-run.XXXXXX").string();
+    if (::mkdtemp(pattern.data()) != nullptr) report_dir_ = pattern;
+  }
+
+  std::string report_path(int rank) const {
+    return report_dir_.empty() ? "" : report_dir_ + "/rank" + std::to_string(rank);
+  }
+
+  // `local`: the index of the rank among this launcher's; its global rank is offset by the
+  // ranks of the nodes before this one.
+  void start_rank(int local, const Environment& inherited, char* const* argv, int stdin_fd) {
     Environment env = inherited;
-    env["RANK"] = std::to_string(rank);
-    env["WORLD_SIZE"] = std::to_string(options_.num_processes);
+    const int rank = options_.node_rank * options_.num_processes + local;
+    const int world_size = options_.nnodes * options_.num_processes;
     const int per_host = ranks_per_host();
-    env["LOCAL_RANK"] = std::to_string(rank % per_host);
+    const int group_rank = options_.nnodes > 1 ? options_.node_rank : local / per_host;
+    const int groups = options_.nnodes > 1 ? options_.nnodes : options_.num_processes / per_host;
+    env["RANK"] = std::to_string(rank);
+    env["WORLD_SIZE"] = std::to_string(world_size);
+    env["ROLE_RANK"] = env["RANK"];
+    env["ROLE_WORLD_SIZE"] = env["WORLD_SIZE"];
+    env["LOCAL_RANK"] = std::to_string(local % per_host);
     env["LOCAL_WORLD_SIZE"] = std::to_string(per_host);
-    env["GROUP_RANK"] = std::to_string(rank / per_host);
+    env["GROUP_RANK"] = std::to_string(group_rank);
+    env["GROUP_WORLD_SIZE"] = std::to_string(groups);
     env["MASTER_ADDR"] = options_.master_addr;
     env["MASTER_PORT"] = std::to_string(master_port_);
     if (options_.threads_per_process && inherited.count("OMP_NUM_THREADS") == 0) {
       env["OMP_NUM_THREADS"] = std::to_string(*options_.threads_per_process);
     }
     for (const auto& [key, value] : options_.extra_env) env[key] = value;
+    env["GRADWIRE_ERROR_FILE"] = report_path(rank);
+    env["TORCHELASTIC_RESTART_COUNT"] = std::to_string(restart_count_);
+    env["TORCHELASTIC_MAX_RESTARTS"] = std::to_string(options_.max_restarts);
 
     ChildPlan plan;
     for (const auto& [key, value] : env) plan.env_storage.push_back(key + "=" + value);
@@ -140,7 +172,7 @@ class Supervisor {
     plan.stdin_fd = stdin_fd;
     plan.ignore_sigint = relay_.was_ignored(SIGINT);
     plan.ignore_sigterm = relay_.was_ignored(SIGTERM);
-    if (!netns_.empty()) plan.netns_fd = netns_[rank / per_host].get();
+    if (!netns_.empty()) plan.netns_fd = netns_[local / per_host].get();
 
     const std::string what = "rank " + std::to_string(rank);
     Pipe out = make_pipe(what + " stdout");
@@ -195,7 +227,7 @@ class Supervisor {
       record_failure(process, status,
                      failure.stage == StartFailure::kNetns
                          ? "could not enter the network namespace " +
-                               options_.host_netns[rank / per_host] + ": " +
+                               options_.host_netns[local / per_host] + ": " +
                                std::strerror(failure.error)
                          : "could not execute '" + options_.command.front() +
                                "': " + std::strerror(failure.error));
@@ -449,12 +481,45 @@ class Supervisor {
       result.failed_rank = first_failure_->rank;
       result.message = first_failure_->message;
       for (const std::string& other : also_failed_) result.message += "; " + other;
+      if (auto cause = blamed_root_cause()) {
+        result.failed_rank = cause->first;
+        result.message = cause->second + "; " + result.message;
+      }
     } else if (interrupt_signal_) {
       result.exit_code = 128 + *interrupt_signal_;
       result.message = "interrupted by signal " + std::to_string(*interrupt_signal_) + " (" +
                        signal_name(*interrupt_signal_) + ")";
     }
     return result;
+  }
+
+  // The rank the ranks' failure reports blame, and a line saying so: a rank blamed by some
+  // rank and itself blaming nobody (the victims of a hang blame the hung rank; it writes
+  // nothing). The lowest such rank when there are several; nullopt when no report blames
+  // one.
+  std::optional<std::pair<int, std::string>> blamed_root_cause() const {
+    std::map<int, std::vector<int>> blamers;  // blamed rank -> the ranks that blame it
+    std::map<int, std::string> first_message;  // blamed rank -> the first blamer's message
+    std::set<int> reporters;
+    for (const RankProcess& process : ranks_) {
+      const auto report = read_failure_report(report_path(process.rank));
+      if (!report || report->blamed.empty()) continue;
+      reporters.insert(process.rank);
+      for (const int blamed : report->blamed) {
+        if (blamed == process.rank) continue;
+        blamers[blamed].push_back(process.rank);
+        first_message.emplace(blamed, report->message);
+      }
+    }
+    for (const auto& [blamed, by] : blamers) {
+      if (reporters.count(blamed)) continue;
+      std::string line = "rank " + std::to_string(blamed) + " did not arrive: rank";
+      if (by.size() > 1) line += "s";
+      for (size_t i = 0; i < by.size(); ++i) line += (i ? ", " : " ") + std::to_string(by[i]);
+      line += " failed waiting for it (" + first_message[blamed] + ")";
+      return std::make_pair(blamed, line);
+    }
+    return std::nullopt;
   }
 
   struct Failure {
@@ -465,12 +530,14 @@ class Supervisor {
 
   const LaunchOptions& options_;
   const int master_port_;
+  const int restart_count_;  // attempts before this one
   SignalRelay relay_;
   bool progress_visible_ = false;  // shared: stdout and stderr usually are one terminal
   OutputSink stdout_sink_;
   OutputSink stderr_sink_;
   std::vector<RankProcess> ranks_;
   std::vector<UniqueFd> netns_;        // one per host, when ranks run in network namespaces
+  std::string report_dir_;             // the ranks' failure reports; empty: none
   std::vector<OutputRecord> records_;  // scratch, reused for every read
   bool stopping_ = false;
   bool killed_ = false;
@@ -494,6 +561,28 @@ void validate(const LaunchOptions& options) {
                       std::to_string(options.master_port));
   }
   if (options.master_addr.empty()) throw ConfigError("the master address is empty");
+  if (options.max_restarts < 0) {
+    throw ConfigError("the number of restarts must not be negative, got " +
+                      std::to_string(options.max_restarts));
+  }
+  if (options.nnodes < 1) {
+    throw ConfigError("the number of nodes must be at least 1, got " +
+                      std::to_string(options.nnodes));
+  }
+  if (options.node_rank < 0 || options.node_rank >= options.nnodes) {
+    throw ConfigError("the node rank must be in 0.." + std::to_string(options.nnodes - 1) +
+                      ", got " + std::to_string(options.node_rank));
+  }
+  if (options.nnodes > 1) {
+    if (options.master_port == 0) {
+      throw ConfigError("a job of " + std::to_string(options.nnodes) +
+                        " nodes needs an explicit master port, the same on every node");
+    }
+    if (options.ranks_per_host != 0 || !options.host_netns.empty()) {
+      throw ConfigError("emulated hosts (ranks per host, network namespaces) are for a job of "
+                        "one node");
+    }
+  }
   if (options.grace_period.count() < 0) throw ConfigError("the grace period must not be negative");
   if (options.threads_per_process && *options.threads_per_process < 1) {
     throw ConfigError("threads per process must be at least 1, got " +
@@ -528,9 +617,23 @@ LaunchResult run_processes(const LaunchOptions& options) {
   // The signal relay is process-wide, so runs in one process take turns.
   static std::mutex run_mutex;
   std::lock_guard<std::mutex> lock(run_mutex);
-  int port = options.master_port != 0 ? options.master_port : pick_free_port(options.master_addr);
-  Supervisor supervisor(options, port);
-  return supervisor.run();
+  std::vector<std::string> restarted_after;
+  for (int attempt = 0;; ++attempt) {
+    // A fresh port each time one is picked: the last attempt's may linger in TIME_WAIT.
+    const int port =
+        options.master_port != 0 ? options.master_port : pick_free_port(options.master_addr);
+    Supervisor supervisor(options, port, attempt);
+    LaunchResult result = supervisor.run();
+    result.restarted_after = restarted_after;
+    // Only a failed rank restarts the job; an interrupted launcher stops.
+    if (result.exit_code == 0 || !result.failed_rank || attempt >= options.max_restarts) {
+      return result;
+    }
+    restarted_after.push_back(result.message);
+    std::fprintf(stderr, "gradwire run: %s; restarting every rank (restart %d of at most %d)\n",
+                 result.message.c_str(), attempt + 1, options.max_restarts);
+    std::fflush(stderr);
+  }
 }
 
 int pick_free_port(const std::string& addr) {

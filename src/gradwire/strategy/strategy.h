@@ -18,6 +18,8 @@
 #include <vector>
 
 #include "gradwire/compress/codec.h"
+#include "gradwire/core/bytes.h"
+#include "gradwire/core/error.h"
 
 namespace gradwire::strategy {
 
@@ -107,6 +109,16 @@ class Strategy {
   // The codec decisions made since the last call (adaptive codecs; others make none).
   virtual std::vector<CodecDecision> take_decisions() { return {}; }
 
+  // Checkpoints (DistributedOptimizer::save_checkpoint): this rank's state carried from
+  // step to step (its codecs' states, its traffic counters, an adaptive codec's choices and
+  // measurements), appended to `out`. load_state(), after start(), restores what a
+  // strategy of the same configuration saved, so that the following steps are the saved
+  // strategy's; PayloadError when the bytes do not fit (another configuration's), after
+  // which the strategy must not be used. Between steps only. The defaults refuse: parameter
+  // servers checkpoint on the servers, and gossip keeps no checkpoint.
+  virtual void save_state(Bytes& out) const { refuse_checkpoints(); }
+  virtual void load_state(ByteReader& in) { refuse_checkpoints(); }
+
   // Parameter-server jobs only (the defaults do nothing): samples and their summed loss
   // of the step about to be synchronized, counted job-wide by the servers;
   virtual void count_samples(size_t samples, double loss_sum) {}
@@ -115,6 +127,13 @@ class Strategy {
   // tells the servers this worker is done. Worker 0 waits until every worker is, then
   // receives the servers' final model into its parameters and the job's summary.
   virtual std::optional<JobSummary> finish() { return std::nullopt; }
+
+ protected:
+  [[noreturn]] void refuse_checkpoints() const {
+    throw ConfigError("checkpoints through DistributedOptimizer are for allreduce jobs; " +
+                      name() + " jobs have none" +
+                      (name() == "ps" ? " (the servers checkpoint: --checkpoint-dir)" : ""));
+  }
 };
 
 }  // namespace gradwire::strategy

@@ -39,6 +39,7 @@ InitOptions InitOptions::from_environment() {
   options.collective_timeout = env_seconds("GRADWIRE_TIMEOUT", options.collective_timeout);
   if (const char* ifname = std::getenv("GLOO_SOCKET_IFNAME")) options.socket_ifname = ifname;
   if (const char* bind = std::getenv("GRADWIRE_PS_BIND"); bind && *bind) options.ps_bind = bind;
+  if (const char* file = std::getenv("GRADWIRE_ERROR_FILE")) options.failure_report_file = file;
   return options;
 }
 
@@ -107,6 +108,7 @@ std::shared_ptr<Context> init(const InitOptions& options) {
   connect_options.join_timeout = options.join_timeout;
   connect_options.collective_timeout = options.collective_timeout;
   connect_options.socket_ifname = options.socket_ifname;
+  connect_options.failure_report_file = options.failure_report_file;
   const auto role = comm::RoleInfo::from_environment(world);
   if (role.num_servers == 0) {
     return std::make_shared<Context>(world.rank, world.world_size, world.local_rank,

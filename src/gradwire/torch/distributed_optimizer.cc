@@ -27,6 +27,7 @@
 #include "gradwire/strategy/ps/ps_strategy.h"
 #include "gradwire/strategy/ps/updater.h"
 #include "gradwire/strategy/registry.h"
+#include "gradwire/torch/optimizer_impl.h"
 
 namespace gradwire {
 namespace {
@@ -284,82 +285,52 @@ std::unique_ptr<strategy::Strategy> make_ps_strategy(const Context& context,
 
 }  // namespace
 
-struct DistributedOptimizer::Impl {
-  std::shared_ptr<Context> context;
-  std::shared_ptr<torch::optim::Optimizer> optimizer;
-  std::vector<torch::Tensor> params;
-  std::vector<double> weight_decay;  // per parameter, added to its gradient (see above)
-  std::vector<torch::Tensor> buffers;
-  Bytes buffer_staging;  // all buffers' bytes, for one broadcast per step
-  bool broadcast_buffers = true;
-  std::unique_ptr<strategy::Strategy> strategy;
-  std::string codec_spec;
-  bool claimed = false;
-  std::optional<GossipSummary> gossip_final;  // rank 0, after a gossip finish
-  // hooks[i]: the post-hook on params[i]'s gradient accumulator (runs once .grad holds the
-  // backward's gradient), as DDP's Reducer registers them.
-  struct GradientHook {
-    std::shared_ptr<torch::autograd::Node> accumulator;
-    uintptr_t key = 0;
-  };
-  std::vector<GradientHook> hooks;
-  // Per parameter: its gradient was reported to the strategy by the hook this step (its
-  // weight decay is then already added). Hooks run on the thread that called backward().
-  std::vector<uint8_t> reported;
-  // synchronize() ran and no gradient was produced since: step() does not exchange again.
-  std::atomic<bool> exchanged{false};
+DistributedOptimizer::Impl::~Impl() {
+  for (auto& hook : hooks) hook.accumulator->del_post_hook(hook.key);
+  if (claimed) release_parameters(params);
+}
 
-  ~Impl() {
-    // The hooks point at this object: none may outlive it.
-    for (auto& hook : hooks) hook.accumulator->del_post_hook(hook.key);
-    if (claimed) release_parameters(params);
+void DistributedOptimizer::Impl::on_gradient(size_t i) {
+  exchanged.store(false, std::memory_order_relaxed);
+  if (!strategy->overlaps()) return;
+  const torch::Tensor& p = params[i];
+  torch::Tensor grad = p.grad();
+  if (!grad.defined() || !dense_cpu(grad) || grad.scalar_type() != torch::kFloat) {
+    return;  // synchronize() makes it exchangeable and reports it
   }
-
-  // Backward has accumulated params[i]'s gradient into .grad. With an overlapping
-  // strategy the gradient is finished here (weight decay) and handed over at once.
-  void on_gradient(size_t i) {
-    exchanged.store(false, std::memory_order_relaxed);
-    if (!strategy->overlaps()) return;
-    const torch::Tensor& p = params[i];
-    torch::Tensor grad = p.grad();
-    if (!grad.defined() || !dense_cpu(grad) || grad.scalar_type() != torch::kFloat) {
-      return;  // synchronize() makes it exchangeable and reports it
-    }
-    if (reported[i]) {
-      // A second backward before step(): the strategy refuses it by name.
-      strategy->gradient_ready(i, float_span(grad));
-      return;
-    }
-    torch::NoGradGuard no_grad;
-    if (weight_decay[i] != 0) grad.add_(p, weight_decay[i]);
-    reported[i] = 1;
+  if (reported[i]) {
+    // A second backward before step(): the strategy refuses it by name.
     strategy->gradient_ready(i, float_span(grad));
+    return;
   }
+  torch::NoGradGuard no_grad;
+  if (weight_decay[i] != 0) grad.add_(p, weight_decay[i]);
+  reported[i] = 1;
+  strategy->gradient_ready(i, float_span(grad));
+}
 
-  // Rank 0's buffers to every rank, in one broadcast.
-  void broadcast_buffers_from_rank0() {
-    if (buffers.empty() || context->world_size() == 1) return;
-    size_t total = 0;
-    for (const auto& b : buffers) total += b.nbytes();
-    buffer_staging.resize(total);
-    const bool root = context->rank() == 0;
-    if (root) {
-      size_t offset = 0;
-      for (const auto& b : buffers) {
-        std::memcpy(buffer_staging.data() + offset, b.data_ptr(), b.nbytes());
-        offset += b.nbytes();
-      }
-    }
-    context->collectives().broadcast(buffer_staging.data(), total, 0);
-    if (!root) {
-      size_t offset = 0;
-      for (auto& b : buffers) {
-        std::memcpy(b.data_ptr(), buffer_staging.data() + offset, b.nbytes());
-        offset += b.nbytes();
-      }
+void DistributedOptimizer::Impl::broadcast_buffers_from_rank0() {
+  if (buffers.empty() || context->world_size() == 1) return;
+  size_t total = 0;
+  for (const auto& b : buffers) total += b.nbytes();
+  buffer_staging.resize(total);
+  const bool root = context->rank() == 0;
+  if (root) {
+    size_t offset = 0;
+    for (const auto& b : buffers) {
+      std::memcpy(buffer_staging.data() + offset, b.data_ptr(), b.nbytes());
+      offset += b.nbytes();
     }
   }
-};
+  context->collectives().broadcast(buffer_staging.data(), total, 0);
+  if (!root) {
+    size_t offset = 0;
+    for (auto& b : buffers) {
+      std::memcpy(b.data_ptr(), buffer_staging.data() + offset, b.nbytes());
+      offset += b.nbytes();
+    }
+  }
+}
 
 DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
                                            std::shared_ptr<torch::optim::Optimizer> optimizer,

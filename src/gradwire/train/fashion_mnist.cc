@@ -1,4 +1,4 @@
-#include "gradwire/train/fashion_mnist.h"
+#include "gradwire/fashion_mnist.h"
 
 #include <zlib.h>
 
@@ -7,7 +7,7 @@
 
 #include "gradwire/core/error.h"
 
-namespace gradwire::train {
+namespace gradwire {
 namespace {
 
 // Fashion-MNIST's training-set pixel statistics (of x / 255).
@@ -86,4 +86,4 @@ Dataset load_fashion_mnist(const std::string& dir, bool train, size_t limit) {
   return dataset;
 }
 
-}  // namespace gradwire::train
+}  // namespace gradwire

@@ -93,9 +93,9 @@ double evaluate(Classifier& model, const Dataset& test, int threads) {
   return n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
 }
 
-MetricsFile::MetricsFile(const std::string& path) {
+MetricsFile::MetricsFile(const std::string& path, bool append) {
   if (path.empty()) return;
-  out_.open(path, std::ios::out | std::ios::trunc);
+  out_.open(path, std::ios::out | (append ? std::ios::app : std::ios::trunc));
   if (!out_) throw SystemError(errno_message("cannot write metrics file " + path, errno));
   path_ = path;
 }

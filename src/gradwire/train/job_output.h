@@ -12,7 +12,7 @@
 #include <string>
 #include <utility>
 
-#include "gradwire/train/fashion_mnist.h"
+#include "gradwire/fashion_mnist.h"
 #include "gradwire/train/models.h"
 #include "gradwire/train/trainer.h"
 
@@ -37,6 +37,8 @@ class TrainingClock {
   void pause();
   void resume();
   double seconds() const;
+  // Adds training time of an earlier attempt (a resumed job's clock goes on from there).
+  void bank(double seconds) { banked_s_ += seconds; }
 
  private:
   Clock::time_point started_;
@@ -60,7 +62,8 @@ int idle_machine_threads();
 // A JSON Lines file, flushed per line; an empty path writes nothing.
 class MetricsFile {
  public:
-  explicit MetricsFile(const std::string& path);
+  // `append`: a resumed job adds to the file its first attempt began.
+  explicit MetricsFile(const std::string& path, bool append = false);
   void write(const nlohmann::json& line);
 
  private:

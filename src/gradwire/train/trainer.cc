@@ -4,6 +4,7 @@
 
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <fstream>
 #include <nlohmann/json.hpp>
 
@@ -13,11 +14,89 @@
 #include "gradwire/core/timeline.h"
 #include "gradwire/distributed_optimizer.h"
 #include "gradwire/distributed_sampler.h"
-#include "gradwire/train/fashion_mnist.h"
+#include "gradwire/fashion_mnist.h"
 #include "gradwire/train/job_output.h"
 #include "gradwire/train/models.h"
 
 namespace gradwire::train {
+namespace {
+
+// Where an allreduce job stands between two steps: what its checkpoint keeps besides the
+// model, the optimizer and the exchange state (DistributedOptimizer's), so that a resumed
+// job goes on with the same data, the same epoch statistics and the same clock.
+struct Position {
+  int epoch = 1;
+  size_t step = 0;  // the next step of the epoch
+  size_t global_step = 0;
+  size_t evaluated_step = 0;
+  double accuracy = 0;  // of the last evaluation
+  double train_s = 0;
+  double epoch_train_start = 0;  // train_s when the epoch began
+  double loss_sum = 0;           // this rank's, over the epoch so far
+  size_t samples = 0;
+
+  std::string json() const {
+    return nlohmann::json{{"epoch", epoch},
+                          {"step", step},
+                          {"global_step", global_step},
+                          {"evaluated_step", evaluated_step},
+                          {"accuracy", accuracy},
+                          {"train_s", train_s},
+                          {"epoch_train_start", epoch_train_start},
+                          {"loss_sum", loss_sum},
+                          {"samples", samples}}
+        .dump();
+  }
+
+  // PayloadError for a position this job cannot be at (another data set or batch size).
+  static Position parse(const std::string& text, size_t steps_per_epoch) {
+    Position p;
+    try {
+      const auto j = nlohmann::json::parse(text);
+      p.epoch = j.at("epoch").get<int>();
+      p.step = j.at("step").get<size_t>();
+      p.global_step = j.at("global_step").get<size_t>();
+      p.evaluated_step = j.at("evaluated_step").get<size_t>();
+      p.accuracy = j.at("accuracy").get<double>();
+      p.train_s = j.at("train_s").get<double>();
+      p.epoch_train_start = j.at("epoch_train_start").get<double>();
+      p.loss_sum = j.at("loss_sum").get<double>();
+      p.samples = j.at("samples").get<size_t>();
+    } catch (const nlohmann::json::exception& e) {
+      throw PayloadError(std::string("the checkpoint's training position is malformed: ") +
+                         e.what());
+    }
+    if (p.epoch < 1 || p.step > steps_per_epoch ||
+        p.global_step != (p.epoch - 1) * steps_per_epoch + p.step) {
+      throw PayloadError("the checkpoint was taken at epoch " + std::to_string(p.epoch) +
+                         ", step " + std::to_string(p.step) + " (" +
+                         std::to_string(p.global_step) + " steps done), which does not fit " +
+                         std::to_string(steps_per_epoch) +
+                         " steps per epoch: was it saved with other data or batch size?");
+    }
+    return p;
+  }
+};
+
+std::string checkpoint_path(const TrainOptions& options) {
+  return options.ps.checkpoint_dir.empty() ? "" : options.ps.checkpoint_dir + "/allreduce.ckpt";
+}
+
+// A checkpoint that cannot be written (a full disk) costs only itself: the previous one is
+// intact, the job goes on, and rank 0 says so.
+void save_checkpoint(DistributedOptimizer& optimizer, const std::string& path,
+                     const Position& position, bool root) {
+  try {
+    optimizer.save_checkpoint(path, position.json());
+  } catch (const SystemError& e) {
+    if (root) {
+      std::fprintf(stderr, "warning: %s; training goes on\n", e.what());
+      std::fflush(stderr);
+    }
+  }
+}
+
+}  // namespace
 
 void set_compute_threads(int threads) {
   if (threads < 1) throw ConfigError("--threads must be at least 1");
@@ -74,14 +153,39 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   const size_t progress_every = options.progress == ProgressStyle::kTerminal
                                     ? std::max<size_t>(1, steps / 100)
                                     : std::max<size_t>(1, (steps + 3) / 4);
-  MetricsFile metrics(context.is_root() ? options.metrics_path : "");
   const std::string initial_checksum = parameter_crc32(*model);
+  const auto exit_at = options.restart_count == 0 ? scheduled_exit(options.test_worker_exit)
+                                                  : std::nullopt;
+
+  // Where the job stands: at the start, or where its checkpoint says a previous attempt was.
+  Position from;
+  const std::string checkpoint = checkpoint_path(options);
+  if (!checkpoint.empty()) {
+    if (context.is_root()) make_directories(options.ps.checkpoint_dir);
+    if (const auto saved = optimizer.load_checkpoint(checkpoint)) {
+      from = Position::parse(*saved, steps);
+      if (context.is_root()) {
+        std::printf("resumed from %s: epoch %d, step %zu of %zu (%zu steps done)\n",
+                    checkpoint.c_str(), from.epoch, from.step, steps, from.global_step);
+        std::fflush(stdout);
+      }
+    }
+  }
+  MetricsFile metrics(context.is_root() ? options.metrics_path : "", from.global_step > 0);
+  if (from.global_step > 0) {
+    metrics.write({{"event", "resume"},
+                   {"epoch", from.epoch},
+                   {"step", from.global_step},
+                   {"train_s", from.train_s},
+                   {"attempt", options.restart_count}});
+  }
 
   // Rank 0 evaluates while the clock is stopped; the others wait at the barrier, so no
   // rank counts the evaluation as training time.
   TrainingClock clock;
-  size_t global_step = 0, evaluated_step = 0;
-  double accuracy = 0;
+  clock.bank(from.train_s);
+  size_t global_step = from.global_step, evaluated_step = from.evaluated_step;
+  double accuracy = from.accuracy;
   const auto evaluate_now = [&](int epoch) {  // with the clock paused
     TimelineSpan span("evaluate", "evaluate");
     if (context.is_root()) {
@@ -106,13 +210,20 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   TrainResult result;
   const auto job_start = Clock::now();
   nlohmann::json last;
-  for (int epoch = 1; epoch <= options.epochs; ++epoch) {
+  for (int epoch = from.epoch; epoch <= options.epochs; ++epoch) {
     sampler.set_epoch(epoch);
     clock.resume();
-    const double epoch_train_start = clock.seconds();
-    double loss_sum = 0;
-    size_t samples = 0;
-    for (size_t step = 0; step < steps; ++step) {
+    const bool resumed_epoch = epoch == from.epoch && from.step > 0;
+    const double epoch_train_start = resumed_epoch ? from.epoch_train_start : clock.seconds();
+    double loss_sum = resumed_epoch ? from.loss_sum : 0;
+    size_t samples = resumed_epoch ? from.samples : 0;
+    for (size_t step = resumed_epoch ? from.step : 0; step < steps; ++step) {
+      if (exit_at && exit_at->first == context.rank() && exit_at->second == global_step) {
+        std::fprintf(stderr, "worker %d: exiting abruptly at step %zu (--test-worker-exit)\n",
+                     context.rank(), global_step);
+        std::fflush(stderr);
+        std::_Exit(9);
+      }
       const auto& all = sampler.indices();
       const size_t begin = step * options.batch_size;
       const size_t end = std::min(all.size(), begin + options.batch_size);
@@ -148,6 +259,14 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
       if (options.eval_every > 0 && global_step % options.eval_every == 0 && step + 1 < steps) {
         clock.pause();
         evaluate_now(epoch);
+        clock.resume();
+      }
+      if (!checkpoint.empty() && options.ps.checkpoint_every > 0 &&
+          global_step % options.ps.checkpoint_every == 0) {
+        clock.pause();
+        Position now{epoch,        step + 1, global_step, evaluated_step, accuracy,
+                     clock.seconds(), epoch_train_start, loss_sum, samples};
+        save_checkpoint(optimizer, checkpoint, now, context.is_root());
         clock.resume();
       }
     }

@@ -56,10 +56,16 @@ struct TrainOptions {
   // "1,1,1,0.25" (one per worker), or "random:SEED" (uniform in [0.25, 1]). A worker of
   // speed s sleeps (1/s - 1) x its compute time after each step's computation.
   std::string worker_speed;
-  // Tests only (`--test-worker-exit`, hidden): "R:S" makes worker R of a parameter-server
-  // or gossip job exit abruptly (status 9, no goodbye) before its step S, to lose a worker
-  // for real.
+  // Tests only (`--test-worker-exit`, hidden): "R:S" makes worker R exit abruptly (status
+  // 9, no goodbye) before its step S, to lose a worker for real; in an allreduce job only in
+  // the first attempt (restart_count 0), so that a restarted job gets past it.
   std::string test_worker_exit;
+  // Strategy allreduce: with checkpoint_dir (ps.checkpoint_dir, `--checkpoint-dir`), rank 0
+  // writes DIR/allreduce.ckpt every checkpoint_every (ps.checkpoint_every) steps, and a
+  // job started on a directory that holds one resumes from it (DistributedOptimizer::
+  // load_checkpoint: the same model, optimizer, exchange state, epoch and step).
+  // Which attempt of a restarted job this is (TORCHELASTIC_RESTART_COUNT, from the CLI).
+  int restart_count = 0;
 };
 
 struct TrainResult {

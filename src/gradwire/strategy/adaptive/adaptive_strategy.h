@@ -73,6 +73,8 @@ class AdaptiveStrategy : public Strategy {
   TrafficStats traffic() const override;
   void set_learning_rate(double lr) override;
   std::vector<CodecDecision> take_decisions() override;
+  void save_state(Bytes& out) const override;
+  void load_state(ByteReader& in) override;
 
   // The plan the next step uses (for tests and diagnostics).
   const CodecPlan& active_plan() const { return options_.plans[active_]; }

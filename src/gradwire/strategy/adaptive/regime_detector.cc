@@ -30,6 +30,46 @@ bool RegimeDetector::observe(double norm) {
   return true;
 }
 
+namespace {
+
+void put_optional(ByteWriter& out, const std::optional<double>& value) {
+  out.put<uint8_t>(value.has_value());
+  out.put<double>(value.value_or(0.0));
+}
+
+std::optional<double> get_optional(ByteReader& in, const char* field) {
+  const bool has = in.get<uint8_t>(field) != 0;
+  const double value = in.get<double>(field);
+  return has ? std::optional<double>(value) : std::nullopt;
+}
+
+}  // namespace
+
+void RegimeDetector::save_state(ByteWriter& out) const {
+  out.put<uint64_t>(in_window_);
+  out.put<double>(sum_);
+  put_optional(out, previous_);
+  put_optional(out, last_change_);
+  out.put<uint8_t>(critical_);
+}
+
+void RegimeDetector::load_state(ByteReader& in) {
+  const auto in_window = in.get<uint64_t>("regime window position");
+  if (in_window >= window_) {
+    throw PayloadError("regime state at step " + std::to_string(in_window) +
+                       " of a window of " + std::to_string(window_));
+  }
+  const double sum = in.get<double>("regime norm sum");
+  const auto previous = get_optional(in, "regime previous mean");
+  const auto last_change = get_optional(in, "regime last change");
+  const bool critical = in.get<uint8_t>("regime critical") != 0;
+  in_window_ = static_cast<size_t>(in_window);
+  sum_ = sum;
+  previous_ = previous;
+  last_change_ = last_change;
+  critical_ = critical;
+}
+
 void RegimeDetector::restart() {
   in_window_ = 0;
   sum_ = 0;

@@ -18,6 +18,8 @@
 #include <cstddef>
 #include <optional>
 
+#include "gradwire/core/bytes.h"
+
 namespace gradwire::strategy {
 
 class RegimeDetector {
@@ -38,6 +40,11 @@ class RegimeDetector {
   std::optional<double> last_change() const { return last_change_; }
   size_t window() const { return window_; }
   double eta() const { return eta_; }
+
+  // Checkpoints: the window in progress and the last comparison (not window and eta,
+  // which come from the options).
+  void save_state(ByteWriter& out) const;
+  void load_state(ByteReader& in);
 
  private:
   size_t window_;

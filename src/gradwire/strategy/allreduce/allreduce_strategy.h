@@ -56,6 +56,8 @@ class AllreduceStrategy : public Strategy {
   bool overlaps() const override { return options_.overlap; }
   void synchronize(const FloatSpans& grads) override;
   TrafficStats traffic() const override { return traffic_; }
+  void save_state(Bytes& out) const override;
+  void load_state(ByteReader& in) override;
 
   // Bucket layout, for tests and diagnostics: tensor indices per bucket.
   std::vector<std::vector<size_t>> bucket_layout() const;

@@ -111,7 +111,7 @@ struct ParameterServer::Impl {
 
   void send(const WorkerState& worker, const Bytes& bytes) {
     if (!transport.send(worker.peer, bytes)) {
-      options.log("could not reach " + worker.peer + " (gone?); message dropped");
+      options.log("could not reach " + printable_identity(worker.peer) + " (gone?); message dropped");
     }
   }
 
@@ -478,8 +478,8 @@ struct ParameterServer::Impl {
     const MessageHeader h = MessageHeader::read(reader);
     if (h.token != options.token) {
       ++counters.rejected_token;
-      options.log("rejected a " + std::string(message_type_name(h.type)) + " message from '" +
-                  message.peer + "': wrong job token");
+      options.log("rejected a " + std::string(message_type_name(h.type)) + " message from " +
+                  printable_identity(message.peer) + ": wrong job token");
       return;
     }
     if (configured && h.sender >= workers.size()) {
@@ -495,8 +495,8 @@ struct ParameterServer::Impl {
       throw PayloadError(std::string(message_type_name(h.type)) + " before any hello");
     WorkerState& w = workers[index];
     if (!w.joined || w.peer != message.peer) {
-      throw PayloadError("worker " + std::to_string(index) + " has not said hello from '" +
-                         message.peer + "'");
+      throw PayloadError("worker " + std::to_string(index) + " has not said hello from " +
+                         printable_identity(message.peer));
     }
     if (w.lost) throw PayloadError("worker " + std::to_string(index) + " was declared lost");
     w.last_heard = Clock::now();
@@ -565,11 +565,11 @@ struct ParameterServer::Impl {
           throw;
         } catch (const ConfigError& e) {
           ++counters.malformed;
-          options.log("refused a message from '" + message->peer + "': " + e.what());
+          options.log("refused a message from " + printable_identity(message->peer) + ": " + e.what());
           send_error(message->peer, "server " + std::to_string(options.index) + ": " + e.what());
         } catch (const Error& e) {
           ++counters.malformed;
-          options.log("dropped a message from '" + message->peer + "': " + e.what());
+          options.log("dropped a message from " + printable_identity(message->peer) + ": " + e.what());
         }
       }
       try {

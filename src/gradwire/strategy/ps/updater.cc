@@ -119,6 +119,11 @@ float update_ms_and_clip(std::span<const float> w, float* ms, std::span<const fl
 
 }  // namespace
 
+double asynchronous_momentum(double synchronous, int workers) {
+  const double implicit = workers > 1 ? 1.0 - 1.0 / workers : 0.0;
+  return std::max(0.0, synchronous - implicit);
+}
+
 // ---- options -----------------------------------------------------------------------------
 
 const std::vector<std::string>& updater_names() {

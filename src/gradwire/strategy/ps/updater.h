@@ -88,6 +88,13 @@ const std::string& updater_name(UpdaterKind kind);
 // Whether the kind reads SliceUpdate::backup (the delay-compensated ones).
 bool reads_backup(UpdaterKind kind);
 
+// The explicit momentum for W workers pushing asynchronously (SSP, ASP) that trains like
+// `synchronous` does under BSP: asynchrony itself acts as momentum of about 1 - 1/W
+// (Mitliagkas et al., "Asynchrony begets momentum", 2016), so the explicit part is what is
+// left of it: max(0, synchronous - (1 - 1/W)). 0.9 with 4 workers gives 0.15; with 1 it
+// stays 0.9. `gradwire train` uses it when --momentum is not given.
+double asynchronous_momentum(double synchronous, int workers);
+
 struct SliceUpdate {
   size_t slice;                     // index into the slice sizes given at construction
   std::span<float> weights;         // w, updated in place

@@ -1,12 +1,13 @@
 // Fashion-MNIST from Debian's dataset-fashion-mnist package (gzipped idx files), read
-// directly with zlib.
+// directly with zlib: the data set of `gradwire train` and of the examples, public so that a
+// program of one's own can try gradwire on it without a loader of its own.
 #pragma once
 
 #include <string>
 
 #include <ATen/ATen.h>
 
-namespace gradwire::train {
+namespace gradwire {
 
 inline constexpr const char* kFashionMnistDir = "/usr/share/datasets/fashion-mnist";
 
@@ -21,4 +22,4 @@ struct Dataset {
 // PayloadError. `limit` > 0 keeps only the first `limit` samples.
 Dataset load_fashion_mnist(const std::string& dir, bool train, size_t limit = 0);
 
-}  // namespace gradwire::train
+}  // namespace gradwire
