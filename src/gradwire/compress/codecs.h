@@ -62,6 +62,10 @@ class DensitySchedule {
   // Adds density= and warmup= to a spec's parameters.
   void describe(std::map<std::string, std::string>& params) const;
 
+  // Checkpoints (Codec::save_state): the encodes done so far, which place the warm-up.
+  void save_state(Bytes& out) const { ByteWriter(out).put<uint64_t>(step_); }
+  void load_state(ByteReader& in) { step_ = in.get<uint64_t>("density schedule step"); }
+
  private:
   double density_;
   uint64_t warmup_;

@@ -42,6 +42,58 @@ ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> inner, float momentum, bool 
   spec_ = spec.to_string();
 }
 
+namespace {
+constexpr uint32_t kErrorFeedbackStateTag = 0x31534645;  // "EFS1"
+}  // namespace
+
+void ErrorFeedback::save_state(Bytes& out) const {
+  ByteWriter writer(out);
+  writer.put<uint32_t>(kErrorFeedbackStateTag);
+  writer.put_string(spec_);
+  writer.put<uint8_t>(started_);
+  writer.put<uint64_t>(residual_.size());
+  writer.put_array<float>(residual_);
+  writer.put<uint64_t>(velocity_.size());
+  writer.put_array<float>(velocity_);
+  Bytes inner;
+  inner_->save_state(inner);
+  put_section(out, inner);
+}
+
+void ErrorFeedback::load_state(ByteReader& in) {
+  if (in.get<uint32_t>("error feedback state tag") != kErrorFeedbackStateTag) {
+    throw PayloadError("no error-feedback state where codec '" + spec_ + "' expects one");
+  }
+  const std::string spec = in.get_string("codec spec");
+  if (spec != spec_) {
+    throw PayloadError("error-feedback state of codec '" + spec + "' given to codec '" + spec_ +
+                       "'");
+  }
+  const bool started = in.get<uint8_t>("started") != 0;
+  std::vector<float> residual(static_cast<size_t>(in.get<uint64_t>("residual size")));
+  if (residual.size() * sizeof(float) > in.remaining()) {
+    throw PayloadError("truncated error-feedback state of codec '" + spec_ + "'");
+  }
+  in.get_array<float>(std::span<float>(residual), "residual");
+  std::vector<float> velocity(static_cast<size_t>(in.get<uint64_t>("momentum size")));
+  if (velocity.size() * sizeof(float) > in.remaining()) {
+    throw PayloadError("truncated error-feedback state of codec '" + spec_ + "'");
+  }
+  in.get_array<float>(std::span<float>(velocity), "momentum");
+  const bool with_momentum = momentum_ > 0.0f;
+  const bool velocity_fits = with_momentum ? velocity.size() == residual.size() : velocity.empty();
+  if (started && !velocity_fits) {
+    throw PayloadError("error-feedback state of codec '" + spec_ +
+                       "' does not match its momentum setting");
+  }
+  ByteReader inner = get_section(in, "inner codec state");
+  inner_->load_state(inner);
+  inner.expect_end("inner codec state");
+  started_ = started;
+  residual_ = std::move(residual);
+  velocity_ = std::move(velocity);
+}
+
 void ErrorFeedback::reserve(size_t n) {
   if (!started_) {
     residual_.assign(n, 0.0f);

@@ -75,6 +75,10 @@ class ErrorFeedback final : public Codec, public SharedScaleFace {
 
   // The residual r (empty before the first encode/to_wire).
   std::span<const float> residual() const { return residual_; }
+
+  // r and u (empty before the first step), then the inner codec's state.
+  void save_state(Bytes& out) const override;
+  void load_state(ByteReader& in) override;
   const Codec& inner() const { return *inner_; }
 
  private:

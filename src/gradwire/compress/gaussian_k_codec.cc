@@ -73,6 +73,10 @@ class GaussianKCodec final : public IndexedSparsifier {
     return bare_spec("gaussiank", std::move(params));
   }
 
+  // Checkpoints: the warm-up's position (the selection starts afresh at every encode).
+  void save_state(Bytes& out) const override { density_.save_state(out); }
+  void load_state(ByteReader& in) override { density_.load_state(in); }
+
  private:
   void select(std::span<const float> a) override {
     const size_t n = a.size();

@@ -84,6 +84,24 @@ class LaplaceTopKCodec final : public IndexedSparsifier, public FusedAccumulate 
     clear_sent(r);
   }
 
+  // Checkpoints: the warm-up's position and the last step's threshold, the prior of the next
+  // search.
+  void save_state(Bytes& out) const override {
+    options_.density.save_state(out);
+    ByteWriter writer(out);
+    writer.put<double>(previous_);
+    writer.put<float>(last_keep_);
+  }
+  void load_state(ByteReader& in) override {
+    DensitySchedule density = options_.density;
+    density.load_state(in);
+    const double previous = in.get<double>("laplace-topk prior");
+    const float last_keep = in.get<float>("laplace-topk kept threshold");
+    options_.density = density;
+    previous_ = previous;
+    last_keep_ = last_keep;
+  }
+
  private:
   // mu of a + add (add empty: of a), from a strided sample.
   float center_of(std::span<const float> a, std::span<const float> add) {

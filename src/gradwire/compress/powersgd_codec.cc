@@ -190,6 +190,37 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
     }
   }
 
+  // Checkpoints: the steps so far (the dense start), Q (the next step's warm start) and,
+  // with error feedback, the error of the last approximation.
+  void save_state(Bytes& out) const override {
+    ByteWriter writer(out);
+    writer.put<uint64_t>(steps_);
+    writer.put<uint64_t>(qt_.size());
+    writer.put_array<float>(qt_);
+    writer.put<uint64_t>(error_.size());
+    writer.put_array<float>(error_);
+  }
+  void load_state(ByteReader& in) override {
+    const auto steps = in.get<uint64_t>("powersgd steps");
+    const auto q_size = in.get<uint64_t>("powersgd Q size");
+    if (q_size != qt_.size()) {
+      throw PayloadError("PowerSGD state with a Q of " + std::to_string(q_size) +
+                         " values given to a codec whose Q has " + std::to_string(qt_.size()));
+    }
+    std::vector<float> qt(qt_.size());
+    in.get_array<float>(std::span<float>(qt), "powersgd Q");
+    const auto error_size = in.get<uint64_t>("powersgd error size");
+    if (error_size != 0 && error_size != static_cast<uint64_t>(rows_ * cols_)) {
+      throw PayloadError("PowerSGD state with an error of " + std::to_string(error_size) +
+                         " values given to a codec of " + std::to_string(rows_ * cols_));
+    }
+    std::vector<float> error(static_cast<size_t>(error_size));
+    in.get_array<float>(std::span<float>(error), "powersgd error");
+    steps_ = static_cast<size_t>(steps);
+    qt_ = std::move(qt);
+    error_ = std::move(error);
+  }
+
  private:
   void check_size(size_t n) const {
     if (n != rows_ * cols_) {

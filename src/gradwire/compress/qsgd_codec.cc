@@ -289,6 +289,10 @@ class QsgdCodec final : public Codec {
     }
   }
 
+  // Checkpoints: the calls so far, which seed the next call's random stream.
+  void save_state(Bytes& out) const override { ByteWriter(out).put<uint64_t>(calls_); }
+  void load_state(ByteReader& in) override { calls_ = in.get<uint64_t>("qsgd calls"); }
+
  private:
   // Writes the payload of `v`; with `residual` (== v), also v <- v - D(C(v)).
   void quantize(const float* v, float* residual, size_t n, Bytes& out) {

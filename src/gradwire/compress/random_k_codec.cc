@@ -144,6 +144,19 @@ class RandomKCodec final : public SparsifierCodec {
     for (size_t j = 0; j < k; ++j) out[p(static_cast<uint32_t>(j))] += load_f32(values.data(), j);
   }
 
+  // Checkpoints: the warm-up's position and the step that seeds the next draw.
+  void save_state(Bytes& out) const override {
+    density_.save_state(out);
+    ByteWriter(out).put<uint64_t>(step_);
+  }
+  void load_state(ByteReader& in) override {
+    DensitySchedule density = density_;
+    density.load_state(in);
+    const auto step = in.get<uint64_t>("randomk step");
+    density_ = density;
+    step_ = step;
+  }
+
  private:
   DensitySchedule density_;
   uint64_t seed_;

@@ -352,6 +352,10 @@ class SpectralCodec final : public Codec {
     });
   }
 
+  // Checkpoints: the encodes so far (the theta schedule's clock).
+  void save_state(Bytes& out) const override { ByteWriter(out).put<uint64_t>(step_); }
+  void load_state(ByteReader& in) override { step_ = in.get<uint64_t>("spectral step"); }
+
  private:
   void check_size(size_t n) const {
     if (n != numel_) {

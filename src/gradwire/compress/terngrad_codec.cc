@@ -146,6 +146,10 @@ class TernGradCodec final : public Codec {
     ternary_check_and_decode_add(codes, accum, s, "terngrad");
   }
 
+  // Checkpoints: the calls so far, which seed the next call's random stream.
+  void save_state(Bytes& out) const override { ByteWriter(out).put<uint64_t>(calls_); }
+  void load_state(ByteReader& in) override { calls_ = in.get<uint64_t>("terngrad calls"); }
+
  private:
   // Writes the payload of `v`; with `residual` (== v), also v <- v - D(C(v)).
   void quantize(const float* v, float* residual, size_t n, Bytes& out) {

@@ -22,6 +22,10 @@ class TopKCodec final : public Codec {
     return bare_spec("topk", std::move(params));
   }
 
+  // The warm-up's position; the selection itself starts afresh at every encode.
+  void save_state(Bytes& out) const override { density_.save_state(out); }
+  void load_state(ByteReader& in) override { density_.load_state(in); }
+
   void encode(std::span<const float> input, Bytes& out) override {
     const uint32_t n = checked_count(input.size(), id());
     const size_t k = topk_count(density_.next(), n);

@@ -1,0 +1,115 @@
+// Checkpoints and restarts of allreduce jobs, as a user runs them: `gradwire train
+// --checkpoint-dir D --checkpoint-every N --max-restarts R`. A worker killed mid-run
+// (--test-worker-exit, first attempt only) makes the launcher restart every rank; the job
+// resumes from its last checkpoint and ends with exactly the parameters of a run that was
+// never interrupted (the computation is deterministic: one thread per worker, the same
+// shards, the codec's residuals and momentum restored). Bad checkpoints are clear errors.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+#include <fstream>
+#include <nlohmann/json.hpp>
+#include <string>
+#include <vector>
+
+#include "../common/command_runner.h"
+
+namespace {
+
+using gradwire::testing::run_command;
+
+std::string temp_path(const std::string& name) {
+  return gradwire::testing::temp_path("gradwire_restart_test_", name);
+}
+
+std::vector<nlohmann::json> read_lines(const std::string& path) {
+  std::vector<nlohmann::json> lines;
+  std::ifstream in(path);
+  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
+  return lines;
+}
+
+// 2 workers, 2 epochs of 512 samples, batch 32: 8 steps per epoch per worker, 16 in all.
+// topk keeps error-feedback residuals and the momentum moved into the codec: state that a
+// resume must restore for the parameters to come out the same.
+const std::string kJob = std::string(GRADWIRE_CLI) +
+                         " train --workers 2 --epochs 2 --train-limit 512 --test-limit 500"
+                         " --batch-size 32 --compressor topk:density=0.01 --progress lines";
+
+TEST(RestartCliTest, AKilledWorkerCostsOnlyTheStepsSinceTheCheckpoint) {
+  const std::string dir = temp_path("ckpt");
+  const std::string reference_metrics = temp_path("reference.jsonl");
+  const std::string metrics = temp_path("restarted.jsonl");
+  std::filesystem::remove_all(dir);
+
+  const auto reference = run_command(kJob + " --metrics " + reference_metrics, 300);
+  ASSERT_EQ(reference.status, 0) << reference.output;
+
+  // Checkpoints after steps 3, 6, 9, 12, 15; worker 1 dies before step 10; the job
+  // resumes at step 9 (epoch 2, its first step done).
+  const auto restarted = run_command(kJob + " --checkpoint-dir " + dir +
+                                         " --checkpoint-every 3 --max-restarts 1"
+                                         " --test-worker-exit 1:10 --metrics " + metrics,
+                                     300);
+  ASSERT_EQ(restarted.status, 0) << restarted.output;
+  EXPECT_NE(restarted.output.find("exiting abruptly at step 10"), std::string::npos)
+      << restarted.output;
+  EXPECT_NE(restarted.output.find("restarting every rank (restart 1 of at most 1)"),
+            std::string::npos)
+      << restarted.output;
+  EXPECT_NE(restarted.output.find("resumed from " + dir +
+                                  "/allreduce.ckpt: epoch 2, step 1 of 8 (9 steps done)"),
+            std::string::npos)
+      << restarted.output;
+
+  const auto expected = read_lines(reference_metrics).back();
+  const auto lines = read_lines(metrics);
+  ASSERT_FALSE(lines.empty());
+  const auto& summary = lines.back();
+  ASSERT_EQ(summary["event"], "summary");
+  EXPECT_EQ(summary["param_checksums"], expected["param_checksums"]);
+  EXPECT_EQ(summary["test_accuracy"], expected["test_accuracy"]);
+  EXPECT_EQ(summary["steps"], 16);
+  // The traffic counters went on from the checkpoint: the same as uninterrupted.
+  EXPECT_EQ(summary["bytes_on_wire"], expected["bytes_on_wire"]);
+  bool resumed = false;
+  for (const auto& line : lines) resumed = resumed || line["event"] == "resume";
+  EXPECT_TRUE(resumed);
+
+  // The checkpoint is kept; a job on it resumes from its last state (step 15).
+  const auto again = run_command(kJob + " --checkpoint-dir " + dir + " --metrics " + metrics, 300);
+  ASSERT_EQ(again.status, 0) << again.output;
+  EXPECT_NE(again.output.find("resumed from " + dir + "/allreduce.ckpt: epoch 2, step 7 of 8"),
+            std::string::npos)
+      << again.output;
+  EXPECT_EQ(read_lines(metrics).back()["param_checksums"], expected["param_checksums"]);
+
+  // Another codec cannot take this checkpoint over: a clear error, the file untouched.
+  const auto before = std::filesystem::file_size(dir + "/allreduce.ckpt");
+  const auto other = run_command(std::string(GRADWIRE_CLI) +
+                                     " train --workers 2 --epochs 2 --train-limit 512 "
+                                     "--batch-size 32 --compressor none --progress none "
+                                     "--checkpoint-dir " + dir,
+                                 300);
+  EXPECT_NE(other.status, 0) << other.output;
+  EXPECT_NE(other.output.find("was saved with codec topk"), std::string::npos) << other.output;
+  EXPECT_EQ(std::filesystem::file_size(dir + "/allreduce.ckpt"), before);
+
+  // A corrupt checkpoint: refused by its CRC, naming the file.
+  {
+    std::fstream file(dir + "/allreduce.ckpt", std::ios::in | std::ios::out | std::ios::binary);
+    file.seekp(100);
+    file.put('\x5a');
+  }
+  const auto corrupt = run_command(kJob + " --checkpoint-dir " + dir, 300);
+  EXPECT_NE(corrupt.status, 0) << corrupt.output;
+  EXPECT_NE(corrupt.output.find("checkpoint " + dir + "/allreduce.ckpt"), std::string::npos)
+      << corrupt.output;
+  EXPECT_NE(corrupt.output.find("CRC"), std::string::npos) << corrupt.output;
+
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(reference_metrics);
+  std::filesystem::remove(metrics);
+}
+
+}  // namespace
