@@ -112,4 +112,22 @@ TEST(RestartCliTest, AKilledWorkerCostsOnlyTheStepsSinceTheCheckpoint) {
   std::filesystem::remove(metrics);
 }
 
+// A full disk while checkpointing (RLIMIT_FSIZE here: the write fails with EFBIG) costs the
+// checkpoint only: every rank hears of it, rank 0 says so, training goes on and ends well.
+TEST(RestartCliTest, ACheckpointThatCannotBeWrittenIsReportedAndTrainingGoesOn) {
+  const std::string dir = temp_path("full");
+  std::filesystem::remove_all(dir);
+  const auto r = run_command("sh -c 'ulimit -f 64; exec " + kJob + " --checkpoint-dir " + dir +
+                                 " --checkpoint-every 4'",
+                             300);
+  EXPECT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("warning: rank 0 could not write the checkpoint"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("File too large"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("training goes on"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("ranks' parameters identical"), std::string::npos) << r.output;
+  EXPECT_FALSE(std::filesystem::exists(dir + "/allreduce.ckpt"));
+  std::filesystem::remove_all(dir);
+}
+
 }  // namespace
