@@ -12,11 +12,13 @@ gradwire=$(realpath "$1") out=$2 kills=${3:-3} every=${4:-20} seed=${5:-1}
 mkdir -p "$out"
 rm -rf "$out/ckpt" "$out"/*.jsonl "$out"/*.log
 RANDOM=$seed
-job=("$gradwire" train --workers 4 --epochs 2 --compressor topk:density=0.01 --progress lines
+job=("$gradwire" train --workers 4 --epochs 3 --compressor topk:density=0.01 --progress lines
      --test-limit 2000 --batch-size 32)
 
 echo "reference run (uninterrupted)"
+ref_start=$(date +%s.%N)
 "${job[@]}" --metrics "$out/reference.jsonl" > "$out/reference.log" 2>&1
+ref_wall=$(echo "$(date +%s.%N) - $ref_start" | bc)
 
 echo "soak run: $kills kills, a checkpoint every $every steps"
 start=$(date +%s.%N)
@@ -25,8 +27,8 @@ start=$(date +%s.%N)
 job_pid=$!
 trap 'kill "$job_pid" 2> /dev/null || true' EXIT
 for k in $(seq 1 "$kills"); do
-  # A moment in the next 8-30 s (the job trains about a minute without kills, 938 steps).
-  sleep $((8 + RANDOM % 23))
+  # A moment in the next 6-15 s (the job trains about a minute without kills, 1407 steps).
+  sleep $((6 + RANDOM % 10))
   mapfile -t workers < <(pgrep -f -- "$gradwire train --worker" || true)
   if [ ${#workers[@]} -eq 0 ]; then echo "kill $k: no worker left to kill (the job ended)"; break; fi
   victim=${workers[$((RANDOM % ${#workers[@]}))]}
@@ -42,8 +44,10 @@ for k in $(seq 1 "$kills"); do
 done
 wait "$job_pid"
 status=$?
+soak_wall=$(echo "$(date +%s.%N) - $start" | bc)
 trap - EXIT
 echo "soak job exited with status $status"
+printf 'wall time: reference %.1f s, soak %.1f s\n' "$ref_wall" "$soak_wall"
 
 python3 - "$out" "$every" << 'EOF'
 import json, sys
