@@ -130,4 +130,31 @@ TEST(RestartCliTest, ACheckpointThatCannotBeWrittenIsReportedAndTrainingGoesOn) 
   std::filesystem::remove_all(dir);
 }
 
+// A parameter-server job under --max-restarts: a lost worker stops a BSP job, every
+// process starts again, the servers resume from their checkpoint and the job trains its
+// whole sample budget.
+TEST(RestartCliTest, AParameterServerJobResumesFromTheServersCheckpoint) {
+  const std::string dir = temp_path("ps");
+  std::filesystem::remove_all(dir);
+  const std::string metrics = temp_path("ps.jsonl");
+  const auto r = run_command(std::string(GRADWIRE_CLI) +
+                                 " train --strategy ps --servers 1 --workers 2 --epochs 1"
+                                 " --train-limit 1024 --test-limit 500 --batch-size 32"
+                                 " --progress lines --checkpoint-dir " + dir +
+                                 " --checkpoint-every 8 --max-restarts 1 --test-worker-exit 1:12"
+                                 " --worker-timeout 5 --metrics " + metrics,
+                             300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("exiting abruptly at step 12"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("restarting every rank (restart 1 of at most 1)"), std::string::npos)
+      << r.output;
+  EXPECT_NE(r.output.find("resumed at "), std::string::npos) << r.output;
+  const auto lines = read_lines(metrics);
+  ASSERT_FALSE(lines.empty());
+  EXPECT_EQ(lines.back()["event"], "summary");
+  EXPECT_GE(lines.back()["samples"].get<int>(), 1024);  // the whole budget was trained
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(metrics);
+}
+
 }  // namespace

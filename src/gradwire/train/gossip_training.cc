@@ -82,7 +82,8 @@ void add_gossip_fields(nlohmann::json& line, const GossipSummary& s, int workers
 
 TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Context> context_ptr) {
   Context& context = *context_ptr;
-  const auto exit_at = scheduled_exit(options.test_worker_exit);
+  const auto exit_at = options.restart_count == 0 ? scheduled_exit(options.test_worker_exit)
+                                                  : std::nullopt;
   const std::string dir = options.data_dir.empty() ? kFashionMnistDir : options.data_dir;
   const Dataset train_set = load_fashion_mnist(dir, /*train=*/true, options.train_limit);
   const bool chief = context.is_root();

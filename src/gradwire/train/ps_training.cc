@@ -81,7 +81,8 @@ double worker_speed(const std::string& spec, int rank, int workers) {
 TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context> context_ptr) {
   Context& context = *context_ptr;
   const double speed = worker_speed(options.worker_speed, context.rank(), context.world_size());
-  const auto exit_at = scheduled_exit(options.test_worker_exit);
+  const auto exit_at = options.restart_count == 0 ? scheduled_exit(options.test_worker_exit)
+                                                  : std::nullopt;
   const std::string dir = options.data_dir.empty() ? kFashionMnistDir : options.data_dir;
   const Dataset train_set = load_fashion_mnist(dir, /*train=*/true, options.train_limit);
   const Dataset test_set =

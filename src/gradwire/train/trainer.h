@@ -57,8 +57,8 @@ struct TrainOptions {
   // speed s sleeps (1/s - 1) x its compute time after each step's computation.
   std::string worker_speed;
   // Tests only (`--test-worker-exit`, hidden): "R:S" makes worker R exit abruptly (status
-  // 9, no goodbye) before its step S, to lose a worker for real; in an allreduce job only in
-  // the first attempt (restart_count 0), so that a restarted job gets past it.
+  // 9, no goodbye) before its step S, to lose a worker for real; only in the first attempt
+  // (restart_count 0), so that a restarted job gets past it.
   std::string test_worker_exit;
   // Strategy allreduce: with checkpoint_dir (ps.checkpoint_dir, `--checkpoint-dir`), rank 0
   // writes DIR/allreduce.ckpt every checkpoint_every (ps.checkpoint_every) steps, and a
