@@ -5,6 +5,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/command_runner.h"
+#include "../common/json_lines.h"
 
 #include <array>
 #include <cstdio>
@@ -33,10 +34,7 @@ TEST(CliTest, TrainTwoWorkersOneEpochWritesMetrics) {
                      600);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("[0] summary: 2 workers"), std::string::npos) << r.output;
-  std::ifstream in(metrics);
-  std::string line;
-  std::vector<nlohmann::json> lines;
-  while (std::getline(in, line)) lines.push_back(nlohmann::json::parse(line));
+  const auto lines = gradwire::testing::read_json_lines(metrics);
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0]["event"], "eval");  // the epoch's end, evaluated with the clock stopped
   EXPECT_EQ(lines[1]["event"], "epoch");
@@ -86,10 +84,7 @@ TEST(CliTest, GossipTrainsAndEndsWithOneModel) {
     std::filesystem::remove(timeline);
   }
   EXPECT_NE(r.output.find("gossip: consensus"), std::string::npos) << r.output;
-  std::ifstream in(metrics);
-  std::string line;
-  nlohmann::json summary;
-  while (std::getline(in, line)) summary = nlohmann::json::parse(line);
+  const nlohmann::json summary = gradwire::testing::last_json_line(metrics);
   ASSERT_EQ(summary["event"], "summary");
   EXPECT_EQ(summary["strategy"], "gossip");
   ASSERT_EQ(summary["param_checksums"].size(), 3u);
@@ -124,10 +119,7 @@ TEST(CliTest, GossipGoesOnWhenAWorkerDies) {
       << r.output;
   EXPECT_NE(r.output.find("gossip: worker 2 sent nothing for the peer timeout"), std::string::npos)
       << r.output;
-  std::ifstream in(metrics);
-  std::string line;
-  nlohmann::json summary;
-  while (std::getline(in, line)) summary = nlohmann::json::parse(line);
+  const nlohmann::json summary = gradwire::testing::last_json_line(metrics);
   ASSERT_EQ(summary["event"], "summary");
   EXPECT_EQ(summary["lost_workers"], nlohmann::json::parse("[2]"));
   EXPECT_EQ(summary["reported_workers"], nlohmann::json::parse("[0,1]"));

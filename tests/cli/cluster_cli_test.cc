@@ -18,6 +18,7 @@
 #include <thread>
 
 #include "../common/command_runner.h"
+#include "../common/json_lines.h"
 #include "../common/netns.h"
 #include "gradwire/launch/emulated_cluster.h"
 #include "gradwire/launch/tool_command.h"
@@ -25,6 +26,7 @@
 namespace {
 
 using gradwire::testing::namespaces_with_prefix;
+using gradwire::testing::read_json_lines;
 using gradwire::testing::run_command;
 using Clock = std::chrono::steady_clock;
 namespace launch = gradwire::launch;
@@ -33,12 +35,6 @@ std::string temp_path(const std::string& name) {
   return gradwire::testing::temp_path("gradwire_cluster_test_", name);
 }
 
-std::vector<nlohmann::json> read_lines(const std::string& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
 
 // A `gradwire cluster` started in the background with its output in a file. Whatever the
 // test does, the process is killed and its namespaces are removed when this goes.
@@ -200,7 +196,7 @@ TEST(DdpPeerTest, EveryHookTrainsInAClusterAndWritesMetrics) {
                                    metrics,
                                180);
     ASSERT_EQ(r.status, 0) << hook << "\n" << r.output;
-    const auto lines = read_lines(metrics);
+    const auto lines = read_json_lines(metrics);
     ASSERT_GE(lines.size(), 4u) << hook;
     int evals = 0;
     double last_train_s = 0;
@@ -257,7 +253,7 @@ TEST(ClusterCliTest, ParameterServerJobEndsOnASlowLink) {
           metrics,
       120);
   ASSERT_EQ(r.status, 0) << r.output;
-  const auto lines = read_lines(metrics);
+  const auto lines = read_json_lines(metrics);
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back()["event"], "summary");
   EXPECT_GE(lines.back()["samples"].get<int>(), 128);  // the whole budget was trained
@@ -303,7 +299,7 @@ TEST(ClusterCliTest, BytesOnTheWireAreWhatTheLinksCarried) {
                         codec + " --metrics " + metrics + " && cat /proc/net/dev'",
                     180);
     ASSERT_EQ(r.status, 0) << r.output;
-    const auto summary = read_lines(metrics).back();
+    const auto summary = read_json_lines(metrics).back();
     const double counted = summary["bytes_on_wire"].get<double>();
     const double carried = transmitted_bytes(r.output, 3);
     ASSERT_GT(counted, 0) << r.output;

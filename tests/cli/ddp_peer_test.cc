@@ -8,6 +8,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/command_runner.h"
+#include "../common/json_lines.h"
 #include "gradwire/distributed_sampler.h"
 
 namespace {
@@ -20,10 +21,8 @@ std::string temp_path(const std::string& name) {
 
 std::vector<nlohmann::json> read_events(const std::string& path, const std::string& event) {
   std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) {
-    auto j = nlohmann::json::parse(line);
-    if (j["event"] == event) lines.push_back(j);
+  for (auto& j : gradwire::testing::read_json_lines(path)) {
+    if (j["event"] == event) lines.push_back(std::move(j));
   }
   return lines;
 }

@@ -6,6 +6,7 @@
 #include <nlohmann/json.hpp>
 
 #include "../common/command_runner.h"
+#include "../common/json_lines.h"
 
 #include <array>
 #include <cstdio>
@@ -26,13 +27,6 @@ std::string temp_path(const std::string& name) {
   return gradwire::testing::temp_path("gradwire_ps_cli_test_", name);
 }
 
-nlohmann::json summary_of(const std::string& metrics) {
-  std::ifstream in(metrics);
-  std::string line, last;
-  while (std::getline(in, line)) last = line;
-  return last.empty() ? nlohmann::json{} : nlohmann::json::parse(last);
-}
-
 const std::string kSmallJob =
     " train --strategy ps --epochs 1 --train-limit 3000 "
     "--test-limit 500 --progress none";
@@ -44,7 +38,7 @@ TEST(PsCliTest, BspTrainsAndEveryWorkerEndsWithTheServersModel) {
               " --servers 2 --workers 2 --compressor hylo --pull fp16 --metrics " + metrics,
           300);
   ASSERT_EQ(r.status, 0) << r.output;
-  const auto s = summary_of(metrics);
+  const auto s = gradwire::testing::last_json_line(metrics);
   EXPECT_EQ(s["strategy"], "ps");
   EXPECT_EQ(s["servers"], 2);
   EXPECT_EQ(s["consistency"], "bsp");
@@ -69,7 +63,7 @@ TEST(PsCliTest, AspWithASlowWorkerRecordsStaleness) {
                      300);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("worker 2 runs at speed 0.25"), std::string::npos) << r.output;
-  const auto s = summary_of(metrics);
+  const auto s = gradwire::testing::last_json_line(metrics);
   EXPECT_GT(s["staleness"]["mean"].get<double>(), 0.5);
   EXPECT_GE(s["staleness"]["max"].get<uint64_t>(), s["staleness"]["p99"].get<uint64_t>());
   EXPECT_GT(s["test_accuracy"].get<double>(), 0.4);
@@ -89,7 +83,7 @@ TEST(PsCliTest, AsynchronousJobGoesOnWhenAWorkerDies) {
             std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("worker 2 sent nothing for 2.0 s"), std::string::npos) << r.output;
-  const auto s = summary_of(metrics);
+  const auto s = gradwire::testing::last_json_line(metrics);
   EXPECT_EQ(s["live_workers"], 0);
   EXPECT_EQ(s["param_checksums"][2], "");
   EXPECT_GE(s["samples"].get<uint64_t>(), 3000u);
@@ -128,7 +122,7 @@ TEST(PsCliTest, ARestartedJobResumesFromTheServersCheckpoint) {
   const auto second = run(job + " --epochs 2 --metrics " + metrics, 300);
   ASSERT_EQ(second.status, 0) << second.output;
   EXPECT_NE(second.output.find("resumed at"), std::string::npos) << second.output;
-  const auto s = summary_of(metrics);
+  const auto s = gradwire::testing::last_json_line(metrics);
   EXPECT_EQ(s["epoch"], 2);  // only the second epoch was trained
   EXPECT_GE(s["samples"].get<uint64_t>(), 4000u);
   EXPECT_LT(s["samples"].get<uint64_t>(), 4200u);

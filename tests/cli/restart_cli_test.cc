@@ -13,21 +13,17 @@
 #include <vector>
 
 #include "../common/command_runner.h"
+#include "../common/json_lines.h"
 
 namespace {
 
+using gradwire::testing::read_json_lines;
 using gradwire::testing::run_command;
 
 std::string temp_path(const std::string& name) {
   return gradwire::testing::temp_path("gradwire_restart_test_", name);
 }
 
-std::vector<nlohmann::json> read_lines(const std::string& path) {
-  std::vector<nlohmann::json> lines;
-  std::ifstream in(path);
-  for (std::string line; std::getline(in, line);) lines.push_back(nlohmann::json::parse(line));
-  return lines;
-}
 
 // 2 workers, 2 epochs of 512 samples, batch 32: 8 steps per epoch per worker, 16 in all.
 // topk keeps error-feedback residuals and the momentum moved into the codec: state that a
@@ -62,8 +58,8 @@ TEST(RestartCliTest, AKilledWorkerCostsOnlyTheStepsSinceTheCheckpoint) {
             std::string::npos)
       << restarted.output;
 
-  const auto expected = read_lines(reference_metrics).back();
-  const auto lines = read_lines(metrics);
+  const auto expected = read_json_lines(reference_metrics).back();
+  const auto lines = read_json_lines(metrics);
   ASSERT_FALSE(lines.empty());
   const auto& summary = lines.back();
   ASSERT_EQ(summary["event"], "summary");
@@ -82,7 +78,7 @@ TEST(RestartCliTest, AKilledWorkerCostsOnlyTheStepsSinceTheCheckpoint) {
   EXPECT_NE(again.output.find("resumed from " + dir + "/allreduce.ckpt: epoch 2, step 7 of 8"),
             std::string::npos)
       << again.output;
-  EXPECT_EQ(read_lines(metrics).back()["param_checksums"], expected["param_checksums"]);
+  EXPECT_EQ(read_json_lines(metrics).back()["param_checksums"], expected["param_checksums"]);
 
   // Another codec cannot take this checkpoint over: a clear error, the file untouched.
   const auto before = std::filesystem::file_size(dir + "/allreduce.ckpt");
@@ -149,7 +145,7 @@ TEST(RestartCliTest, AParameterServerJobResumesFromTheServersCheckpoint) {
   EXPECT_NE(r.output.find("restarting every rank (restart 1 of at most 1)"), std::string::npos)
       << r.output;
   EXPECT_NE(r.output.find("resumed at "), std::string::npos) << r.output;
-  const auto lines = read_lines(metrics);
+  const auto lines = read_json_lines(metrics);
   ASSERT_FALSE(lines.empty());
   EXPECT_EQ(lines.back()["event"], "summary");
   EXPECT_GE(lines.back()["samples"].get<int>(), 1024);  // the whole budget was trained
