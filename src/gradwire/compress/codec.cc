@@ -85,6 +85,20 @@ const char* layer_kind_key(LayerKind kind) {
   return entry ? entry->key : "other";
 }
 
+bool sends_sparse(CodecId id) {
+  switch (id) {
+    case CodecId::kTopK:
+    case CodecId::kLaplaceTopK:
+    case CodecId::kGaussianK:
+    case CodecId::kRandomK:
+    case CodecId::kDgc:
+    case CodecId::kFilterTopK:
+      return true;
+    default:
+      return false;
+  }
+}
+
 const char* codec_id_name(CodecId id) {
   switch (id) {
     case CodecId::kNone:
@@ -291,6 +305,71 @@ void check_residual_scale(float scale, CodecId codec) {
     throw Error("to_wire_residual() on codec '" + std::string(codec_id_name(codec)) +
                 "' needs a finite, non-zero scale (got " + format_number(scale) + ")");
   }
+}
+
+// --- checkpoint states ---------------------------------------------------------------------
+
+namespace {
+constexpr uint32_t kStateTag = 0x31535747;  // "GWS1"
+}  // namespace
+
+void write_state_header(Bytes& out, const Codec& codec, uint8_t version, uint64_t count) {
+  ByteWriter writer(out);
+  writer.put<uint32_t>(kStateTag);
+  writer.put<uint8_t>(static_cast<uint8_t>(codec.id()));
+  writer.put<uint8_t>(version);
+  writer.put<uint16_t>(0);
+  writer.put<uint64_t>(count);
+  writer.put_string(codec.spec());
+}
+
+uint64_t read_state_header(ByteReader& in, const Codec& codec, uint8_t version,
+                           std::optional<uint64_t> count) {
+  const std::string spec = codec.spec();
+  if (in.remaining() == 0) {
+    throw PayloadError("no checkpoint state for codec '" + spec +
+                       "', which carries state from step to step (the checkpoint was saved "
+                       "with a codec that has none?)");
+  }
+  const auto tag = in.get<uint32_t>("codec state tag");
+  if (tag != kStateTag) {
+    char buf[96];
+    std::snprintf(buf, sizeof(buf), "tag 0x%08x where a codec state starts with 0x%08x", tag,
+                  kStateTag);
+    throw PayloadError("not a codec checkpoint state for codec '" + spec + "': " + buf +
+                       " (corrupt, or saved by another gradwire build)");
+  }
+  const auto id = in.get<uint8_t>("codec state codec id");
+  if (id != static_cast<uint8_t>(codec.id())) {
+    const std::string found =
+        is_known_codec(id) ? "codec '" + std::string(codec_id_name(static_cast<CodecId>(id))) + "'"
+                           : "unknown codec id " + std::to_string(id);
+    throw PayloadError("checkpoint state of " + found + " given to codec '" + spec +
+                       "' (resume with the compressor the checkpoint was saved with)");
+  }
+  const auto saved_version = in.get<uint8_t>("codec state version");
+  const auto reserved = in.get<uint16_t>("codec state reserved field");
+  const auto saved_count = in.get<uint64_t>("codec state element count");
+  const std::string saved_spec = in.get_string("codec state spec");
+  if (saved_spec != spec) {
+    throw PayloadError("checkpoint state of codec '" + saved_spec + "' given to codec '" + spec +
+                       "' (resume with the compressor the checkpoint was saved with)");
+  }
+  if (saved_version != version) {
+    throw PayloadError("checkpoint state of codec '" + spec + "' has version " +
+                       std::to_string(saved_version) + " but this build reads version " +
+                       std::to_string(version));
+  }
+  if (reserved != 0) {
+    throw PayloadError("corrupt checkpoint state of codec '" + spec + "': reserved field is " +
+                       std::to_string(reserved) + " (must be 0)");
+  }
+  if (count && saved_count != *count) {
+    throw PayloadError("checkpoint state of codec '" + spec + "' is for a tensor of " +
+                       std::to_string(saved_count) + " elements, this codec's tensor has " +
+                       std::to_string(*count) + " (states go to the tensors they were saved from)");
+  }
+  return saved_count;
 }
 
 }  // namespace gradwire::compress

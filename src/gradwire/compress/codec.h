@@ -83,6 +83,10 @@ struct PayloadHeader {
 };
 
 const char* codec_id_name(CodecId id);
+// True for the codecs whose payload is a subset of the coordinates with their values
+// (topk, laplace-topk, gaussiank, randomk, dgc, filter-topk): decoded, it is zero
+// elsewhere, so ranks' payloads can be summed by index range (strategy/allreduce).
+bool sends_sparse(CodecId id);
 
 class LowRankFace;
 class SharedScaleFace;

@@ -11,6 +11,7 @@
 #include <cstring>
 #include <map>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gradwire/compress/codec.h"
@@ -63,6 +64,7 @@ class DensitySchedule {
   void describe(std::map<std::string, std::string>& params) const;
 
   // Checkpoints (Codec::save_state): the encodes done so far, which place the warm-up.
+  // load_state() changes nothing when it throws.
   void save_state(Bytes& out) const { ByteWriter(out).put<uint64_t>(step_); }
   void load_state(ByteReader& in) { step_ = in.get<uint64_t>("density schedule step"); }
 
@@ -71,6 +73,20 @@ class DensitySchedule {
   uint64_t warmup_;
   uint64_t step_ = 0;
 };
+
+// Head of every stateful codec's checkpoint state (Codec::save_state), before its fields:
+//   u32 tag "GWS1" | u8 codec id | u8 state version | u16 reserved (0) | u64 element count
+//   | u32 length + the codec's canonical spec()
+// The version is the codec's own (bump it when its state's fields change); the count is
+// the tensor's. ErrorFeedback writes one with its own spec (ef=1), then its inner codec's
+// state in a section (put_section), which starts with the inner codec's header.
+void write_state_header(Bytes& out, const Codec& codec, uint8_t version, uint64_t count);
+// Reads a header and checks it against `codec`: the tag, the codec id, the spec, the
+// version and, when `count` is set, the element count. Throws PayloadError naming what
+// was expected and what was found; returns the header's count. A codec calls it first in
+// load_state() and changes nothing before it has read (and checked) every field.
+uint64_t read_state_header(ByteReader& in, const Codec& codec, uint8_t version,
+                           std::optional<uint64_t> count);
 
 // The element count as the header's u32; throws Error when the tensor is too large.
 uint32_t checked_count(size_t n, CodecId codec);

@@ -26,6 +26,7 @@ namespace {
 constexpr SparseBodyNames kNames{"dgc",        "dgc k",      "dgc layout",   "dgc indices",
                                  "dgc bitmap", "dgc values", "'dgc' payload"};
 
+constexpr uint8_t kStateVersion = 1;
 constexpr size_t kMinSample = 1024;
 constexpr int kMaxCounts = 10;
 constexpr double kUpper = 1.3;
@@ -39,8 +40,11 @@ float at_least(float thr) { return thr > 0.0f ? std::nextafter(thr, 0.0f) : -1.0
 
 class DgcCodec final : public IndexedSparsifier {
  public:
-  DgcCodec(DensitySchedule density, double sample)
-      : IndexedSparsifier(kDgcVersion, kNames), density_(density), sample_fraction_(sample) {}
+  DgcCodec(DensitySchedule density, double sample, size_t numel)
+      : IndexedSparsifier(kDgcVersion, kNames),
+        density_(density),
+        sample_fraction_(sample),
+        numel_(numel) {}
 
   CodecId id() const override { return CodecId::kDgc; }
   std::string spec() const override {
@@ -50,8 +54,14 @@ class DgcCodec final : public IndexedSparsifier {
   }
 
   // Checkpoints: the warm-up's position (the selection starts afresh at every encode).
-  void save_state(Bytes& out) const override { density_.save_state(out); }
-  void load_state(ByteReader& in) override { density_.load_state(in); }
+  void save_state(Bytes& out) const override {
+    write_state_header(out, *this, kStateVersion, numel_);
+    density_.save_state(out);
+  }
+  void load_state(ByteReader& in) override {
+    read_state_header(in, *this, kStateVersion, numel_);
+    density_.load_state(in);
+  }
 
  private:
   void select(std::span<const float> a) override {
@@ -96,6 +106,7 @@ class DgcCodec final : public IndexedSparsifier {
 
   DensitySchedule density_;
   double sample_fraction_;
+  size_t numel_;
   ThresholdSelector selector_;
   TopKSelector exact_;
   std::vector<float> sample_;
@@ -104,7 +115,7 @@ class DgcCodec final : public IndexedSparsifier {
 
 }  // namespace
 
-std::unique_ptr<Codec> make_dgc_codec(SpecReader& reader, const TensorInfo&) {
+std::unique_ptr<Codec> make_dgc_codec(SpecReader& reader, const TensorInfo& tensor) {
   const DensitySchedule density = DensitySchedule::read(reader, "dgc", 0.001);
   const double sample = reader.get_double("sample", 0.01);
   if (!(sample >= 0.01 && sample <= 1.0)) {
@@ -112,7 +123,7 @@ std::unique_ptr<Codec> make_dgc_codec(SpecReader& reader, const TensorInfo&) {
                       " is out of range [0.01, 1]; it is the fraction of elements sampled to "
                       "estimate the threshold (DGC samples at least 1%)");
   }
-  return std::make_unique<DgcCodec>(density, sample);
+  return std::make_unique<DgcCodec>(density, sample, tensor.numel());
 }
 
 }  // namespace gradwire::compress

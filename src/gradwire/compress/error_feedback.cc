@@ -28,8 +28,9 @@ namespace {
 
 }  // namespace
 
-ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> inner, float momentum, bool mask_momentum)
-    : inner_(std::move(inner)), momentum_(momentum), mask_momentum_(mask_momentum) {
+ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> inner, float momentum, bool mask_momentum,
+                             std::optional<size_t> numel)
+    : inner_(std::move(inner)), numel_(numel), momentum_(momentum), mask_momentum_(mask_momentum) {
   if (!inner_) throw Error("ErrorFeedback needs a codec to wrap (got null)");
   fused_ = dynamic_cast<FusedAccumulate*>(inner_.get());
   inner_face_ = inner_->shared_scale();
@@ -43,14 +44,34 @@ ErrorFeedback::ErrorFeedback(std::unique_ptr<Codec> inner, float momentum, bool 
 }
 
 namespace {
-constexpr uint32_t kErrorFeedbackStateTag = 0x31534645;  // "EFS1"
+
+constexpr uint8_t kStateVersion = 1;
+
+// A u64 count that must be `expected`, then that many floats (r or u of a state).
+std::vector<float> read_state_floats(ByteReader& in, uint64_t expected, const char* field,
+                                     const std::string& spec) {
+  const auto size = in.get<uint64_t>(field);
+  if (size != expected) {
+    throw PayloadError("corrupt error-feedback state of codec '" + spec + "': " + field + " of " +
+                       std::to_string(size) + " values where " + std::to_string(expected) +
+                       " were expected");
+  }
+  if (size > in.remaining() / sizeof(float)) {
+    throw PayloadError("truncated error-feedback state of codec '" + spec + "': " + field + " of " +
+                       std::to_string(size) + " values in " + std::to_string(in.remaining()) +
+                       " bytes");
+  }
+  std::vector<float> values(static_cast<size_t>(size));
+  in.get_array<float>(std::span<float>(values), field);
+  return values;
+}
+
 }  // namespace
 
 void ErrorFeedback::save_state(Bytes& out) const {
+  write_state_header(out, *this, kStateVersion, numel_.value_or(residual_.size()));
   ByteWriter writer(out);
-  writer.put<uint32_t>(kErrorFeedbackStateTag);
-  writer.put_string(spec_);
-  writer.put<uint8_t>(started_);
+  writer.put<uint8_t>(started_ ? 1 : 0);
   writer.put<uint64_t>(residual_.size());
   writer.put_array<float>(residual_);
   writer.put<uint64_t>(velocity_.size());
@@ -61,34 +82,31 @@ void ErrorFeedback::save_state(Bytes& out) const {
 }
 
 void ErrorFeedback::load_state(ByteReader& in) {
-  if (in.get<uint32_t>("error feedback state tag") != kErrorFeedbackStateTag) {
-    throw PayloadError("no error-feedback state where codec '" + spec_ + "' expects one");
+  const uint64_t count = read_state_header(in, *this, kStateVersion, numel_);
+  const auto flag = in.get<uint8_t>("error feedback started flag");
+  if (flag > 1) {
+    throw PayloadError("corrupt error-feedback state of codec '" + spec_ + "': started flag " +
+                       std::to_string(flag) + " (must be 0 or 1)");
   }
-  const std::string spec = in.get_string("codec spec");
-  if (spec != spec_) {
-    throw PayloadError("error-feedback state of codec '" + spec + "' given to codec '" + spec_ +
-                       "'");
-  }
-  const bool started = in.get<uint8_t>("started") != 0;
-  std::vector<float> residual(static_cast<size_t>(in.get<uint64_t>("residual size")));
-  if (residual.size() * sizeof(float) > in.remaining()) {
-    throw PayloadError("truncated error-feedback state of codec '" + spec_ + "'");
-  }
-  in.get_array<float>(std::span<float>(residual), "residual");
-  std::vector<float> velocity(static_cast<size_t>(in.get<uint64_t>("momentum size")));
-  if (velocity.size() * sizeof(float) > in.remaining()) {
-    throw PayloadError("truncated error-feedback state of codec '" + spec_ + "'");
-  }
-  in.get_array<float>(std::span<float>(velocity), "momentum");
-  const bool with_momentum = momentum_ > 0.0f;
-  const bool velocity_fits = with_momentum ? velocity.size() == residual.size() : velocity.empty();
-  if (started && !velocity_fits) {
-    throw PayloadError("error-feedback state of codec '" + spec_ +
-                       "' does not match its momentum setting");
-  }
+  // Before the first step r and u are empty; from it on r holds the tensor, u too when
+  // momentum is on.
+  const bool started = flag == 1;
+  std::vector<float> residual = read_state_floats(in, started ? count : 0, "residual", spec_);
+  std::vector<float> velocity =
+      read_state_floats(in, started && momentum_ > 0.0f ? count : 0, "momentum", spec_);
   ByteReader inner = get_section(in, "inner codec state");
+  // The inner codec's load changes nothing when it throws, but the section may still hold
+  // more than the inner codec read: then its previous state goes back.
+  Bytes inner_before;
+  inner_->save_state(inner_before);
   inner_->load_state(inner);
-  inner.expect_end("inner codec state");
+  try {
+    inner.expect_end("inner codec state");
+  } catch (const PayloadError&) {
+    ByteReader back(inner_before);
+    inner_->load_state(back);
+    throw;
+  }
   started_ = started;
   residual_ = std::move(residual);
   velocity_ = std::move(velocity);

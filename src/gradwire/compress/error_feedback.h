@@ -18,6 +18,7 @@
 #pragma once
 
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -42,9 +43,11 @@ class FusedAccumulate {
 class ErrorFeedback final : public Codec, public SharedScaleFace {
  public:
   // mask_momentum: zero u at the coordinates a payload sent (DGC's momentum factor
-  // masking; for codecs that send a subset of the coordinates).
+  // masking; for codecs that send a subset of the coordinates). numel: the tensor's size,
+  // which checkpoint states record and load_state() checks (create_codec() passes it;
+  // without it a state fits any size, and the residual's size is recorded).
   explicit ErrorFeedback(std::unique_ptr<Codec> inner, float momentum = 0.0f,
-                         bool mask_momentum = true);
+                         bool mask_momentum = true, std::optional<size_t> numel = std::nullopt);
 
   CodecId id() const override { return inner_->id(); }
   // The inner codec's canonical spec with ef=1 (and momentum=m when set).
@@ -76,7 +79,8 @@ class ErrorFeedback final : public Codec, public SharedScaleFace {
   // The residual r (empty before the first encode/to_wire).
   std::span<const float> residual() const { return residual_; }
 
-  // r and u (empty before the first step), then the inner codec's state.
+  // Checkpoints: r and u (empty before the first step), then the inner codec's state in a
+  // section. load_state() leaves this codec and the inner one as they were when it throws.
   void save_state(Bytes& out) const override;
   void load_state(ByteReader& in) override;
   const Codec& inner() const { return *inner_; }
@@ -91,6 +95,7 @@ class ErrorFeedback final : public Codec, public SharedScaleFace {
   FusedAccumulate* fused_ = nullptr;       // inner_ as FusedAccumulate, when it is one
   SharedScaleFace* inner_face_ = nullptr;  // inner_'s shared-scale face, when it has one
   std::string spec_;
+  std::optional<size_t> numel_;
   std::vector<float> residual_;
   std::vector<float> velocity_;  // u, only with momentum
   std::vector<float> before_;    // a before encoding, to find the sent coordinates

@@ -30,6 +30,7 @@ constexpr SparseBodyNames kNames{"gaussiank",          "gaussiank k",      "gaus
                                  "gaussiank indices",  "gaussiank bitmap", "gaussiank values",
                                  "'gaussiank' payload"};
 
+constexpr uint8_t kStateVersion = 1;
 constexpr int kMaxRounds = 4;       // adjustments after the first count
 constexpr size_t kKeepFactor = 16;  // survivors kept between counts, in units of k
 constexpr size_t kMinKeep = 4096;
@@ -63,8 +64,8 @@ double lower_normal_quantile(double p) {
 
 class GaussianKCodec final : public IndexedSparsifier {
  public:
-  explicit GaussianKCodec(DensitySchedule density)
-      : IndexedSparsifier(kGaussianKVersion, kNames), density_(density) {}
+  GaussianKCodec(DensitySchedule density, size_t numel)
+      : IndexedSparsifier(kGaussianKVersion, kNames), density_(density), numel_(numel) {}
 
   CodecId id() const override { return CodecId::kGaussianK; }
   std::string spec() const override {
@@ -74,8 +75,14 @@ class GaussianKCodec final : public IndexedSparsifier {
   }
 
   // Checkpoints: the warm-up's position (the selection starts afresh at every encode).
-  void save_state(Bytes& out) const override { density_.save_state(out); }
-  void load_state(ByteReader& in) override { density_.load_state(in); }
+  void save_state(Bytes& out) const override {
+    write_state_header(out, *this, kStateVersion, numel_);
+    density_.save_state(out);
+  }
+  void load_state(ByteReader& in) override {
+    read_state_header(in, *this, kStateVersion, numel_);
+    density_.load_state(in);
+  }
 
  private:
   void select(std::span<const float> a) override {
@@ -136,14 +143,16 @@ class GaussianKCodec final : public IndexedSparsifier {
   }
 
   DensitySchedule density_;
+  size_t numel_;
   ThresholdSelector selector_;
   TopKSelector exact_;
 };
 
 }  // namespace
 
-std::unique_ptr<Codec> make_gaussian_k_codec(SpecReader& reader, const TensorInfo&) {
-  return std::make_unique<GaussianKCodec>(DensitySchedule::read(reader, "gaussiank", 0.001));
+std::unique_ptr<Codec> make_gaussian_k_codec(SpecReader& reader, const TensorInfo& tensor) {
+  return std::make_unique<GaussianKCodec>(DensitySchedule::read(reader, "gaussiank", 0.001),
+                                          tensor.numel());
 }
 
 }  // namespace gradwire::compress

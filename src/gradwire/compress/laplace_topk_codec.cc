@@ -56,11 +56,12 @@ const double kKeepMargin = std::log(1.5);
 constexpr double kNoPrior = std::numeric_limits<double>::infinity();
 constexpr double kSampleFraction = 0.01;  // center=median: 1% strided sample
 constexpr size_t kMinSample = 1024;
+constexpr uint8_t kStateVersion = 1;
 
 class LaplaceTopKCodec final : public IndexedSparsifier, public FusedAccumulate {
  public:
-  explicit LaplaceTopKCodec(const LaplaceOptions& options)
-      : IndexedSparsifier(kLaplaceTopKVersion, kNames), options_(options) {}
+  LaplaceTopKCodec(const LaplaceOptions& options, size_t numel)
+      : IndexedSparsifier(kLaplaceTopKVersion, kNames), options_(options), numel_(numel) {}
 
   CodecId id() const override { return CodecId::kLaplaceTopK; }
   std::string spec() const override {
@@ -84,15 +85,19 @@ class LaplaceTopKCodec final : public IndexedSparsifier, public FusedAccumulate 
     clear_sent(r);
   }
 
-  // Checkpoints: the warm-up's position and the last step's threshold, the prior of the next
-  // search.
+  // Checkpoints: the warm-up's position and the last step's threshold, which starts the
+  // next search; and that threshold less a margin, what the fit pass keeps (it changes how
+  // many passes the search takes, never what it selects, and is saved so that a restored
+  // codec runs exactly as the saved one).
   void save_state(Bytes& out) const override {
+    write_state_header(out, *this, kStateVersion, numel_);
     options_.density.save_state(out);
     ByteWriter writer(out);
     writer.put<double>(previous_);
     writer.put<float>(last_keep_);
   }
   void load_state(ByteReader& in) override {
+    read_state_header(in, *this, kStateVersion, numel_);
     DensitySchedule density = options_.density;
     density.load_state(in);
     const double previous = in.get<double>("laplace-topk prior");
@@ -230,6 +235,7 @@ class LaplaceTopKCodec final : public IndexedSparsifier, public FusedAccumulate 
   }
 
   LaplaceOptions options_;
+  size_t numel_;
   double previous_ = kNoPrior;  // the last step's final threshold in units of its b
   float last_keep_ = std::numeric_limits<float>::infinity();  // and less b ln 1.5, absolute
   ThresholdSelector selector_;
@@ -239,7 +245,7 @@ class LaplaceTopKCodec final : public IndexedSparsifier, public FusedAccumulate 
 
 }  // namespace
 
-std::unique_ptr<Codec> make_laplace_topk_codec(SpecReader& reader, const TensorInfo&) {
+std::unique_ptr<Codec> make_laplace_topk_codec(SpecReader& reader, const TensorInfo& tensor) {
   LaplaceOptions options;
   options.density = DensitySchedule::read(reader, "laplace-topk", 0.001);
   const std::string center = reader.get_string("center", "zero");
@@ -253,7 +259,7 @@ std::unique_ptr<Codec> make_laplace_topk_codec(SpecReader& reader, const TensorI
   }
   options.eps = reader.get_double_in("eps", options.eps, 0.0, 1.0);
   options.max_rounds = static_cast<int>(reader.get_int_in("max_rounds", options.max_rounds, 1, 64));
-  return std::make_unique<LaplaceTopKCodec>(options);
+  return std::make_unique<LaplaceTopKCodec>(options, tensor.numel());
 }
 
 }  // namespace gradwire::compress

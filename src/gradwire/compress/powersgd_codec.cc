@@ -28,6 +28,7 @@ namespace gradwire::compress {
 namespace {
 
 inline constexpr uint8_t kPowerSgdVersion = 1;
+constexpr uint8_t kStateVersion = 1;
 
 uint64_t splitmix64(uint64_t& state) {
   uint64_t z = (state += 0x9E3779B97F4A7C15ULL);
@@ -190,9 +191,12 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
     }
   }
 
-  // Checkpoints: the steps so far (the dense start), Q (the next step's warm start) and,
-  // with error feedback, the error of the last approximation.
+  // Checkpoints (matrices only; a vector is sent as it is and has no state): the steps so
+  // far (the dense start), Q (the next step's warm start) and, with error feedback, the
+  // error of the last approximation (none before the first compressed step).
   void save_state(Bytes& out) const override {
+    if (!matrix_) return;
+    write_state_header(out, *this, kStateVersion, rows_ * cols_);
     ByteWriter writer(out);
     writer.put<uint64_t>(steps_);
     writer.put<uint64_t>(qt_.size());
@@ -201,18 +205,22 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
     writer.put_array<float>(error_);
   }
   void load_state(ByteReader& in) override {
+    if (!matrix_) return;
+    read_state_header(in, *this, kStateVersion, rows_ * cols_);
     const auto steps = in.get<uint64_t>("powersgd steps");
     const auto q_size = in.get<uint64_t>("powersgd Q size");
     if (q_size != qt_.size()) {
-      throw PayloadError("PowerSGD state with a Q of " + std::to_string(q_size) +
-                         " values given to a codec whose Q has " + std::to_string(qt_.size()));
+      throw PayloadError("corrupt 'powersgd' state: a Q of " + std::to_string(q_size) +
+                         " values where this codec's Q (rank " + std::to_string(rank_) + ", " +
+                         std::to_string(cols_) + " columns) has " + std::to_string(qt_.size()));
     }
     std::vector<float> qt(qt_.size());
     in.get_array<float>(std::span<float>(qt), "powersgd Q");
     const auto error_size = in.get<uint64_t>("powersgd error size");
-    if (error_size != 0 && error_size != static_cast<uint64_t>(rows_ * cols_)) {
-      throw PayloadError("PowerSGD state with an error of " + std::to_string(error_size) +
-                         " values given to a codec of " + std::to_string(rows_ * cols_));
+    const uint64_t error_full = ef_ ? rows_ * cols_ : 0;
+    if (error_size != 0 && error_size != error_full) {
+      throw PayloadError("corrupt 'powersgd' state: an error of " + std::to_string(error_size) +
+                         " values where this codec keeps 0 or " + std::to_string(error_full));
     }
     std::vector<float> error(static_cast<size_t>(error_size));
     in.get_array<float>(std::span<float>(error), "powersgd error");

@@ -33,6 +33,7 @@
 namespace gradwire::compress {
 namespace {
 
+constexpr uint8_t kStateVersion = 1;
 constexpr long long kMaxLevels = 127;  // codes up to 2s = 254 fit a byte
 // Smallest norm sent: above it s / norm <= 127 * 2^118 < FLT_MAX.
 constexpr float kSmallestNorm = 0x1p-118f;
@@ -214,12 +215,13 @@ float bucket_norm(const float* v, size_t n) {
 
 class QsgdCodec final : public Codec {
  public:
-  QsgdCodec(unsigned levels, uint32_t bucket, uint64_t seed, const std::string& tensor_name)
+  QsgdCodec(unsigned levels, uint32_t bucket, uint64_t seed, const TensorInfo& tensor)
       : levels_(levels),
         bits_(code_bits(levels)),
         bucket_(bucket),
         seed_(seed),
-        key_(stream_key(seed, tensor_name)) {}
+        key_(stream_key(seed, tensor.name)),
+        numel_(tensor.numel()) {}
 
   CodecId id() const override { return CodecId::kQsgd; }
   std::string spec() const override {
@@ -289,9 +291,16 @@ class QsgdCodec final : public Codec {
     }
   }
 
-  // Checkpoints: the calls so far, which seed the next call's random stream.
-  void save_state(Bytes& out) const override { ByteWriter(out).put<uint64_t>(calls_); }
-  void load_state(ByteReader& in) override { calls_ = in.get<uint64_t>("qsgd calls"); }
+  // Checkpoints: the calls so far, which seed the next call's random stream (reseeded at
+  // every call, so the generator's own state is not carried).
+  void save_state(Bytes& out) const override {
+    write_state_header(out, *this, kStateVersion, numel_);
+    ByteWriter(out).put<uint64_t>(calls_);
+  }
+  void load_state(ByteReader& in) override {
+    read_state_header(in, *this, kStateVersion, numel_);
+    calls_ = in.get<uint64_t>("qsgd calls");
+  }
 
  private:
   // Writes the payload of `v`; with `residual` (== v), also v <- v - D(C(v)).
@@ -345,6 +354,7 @@ class QsgdCodec final : public Codec {
   uint32_t bucket_;
   uint64_t seed_;
   uint64_t key_;
+  size_t numel_;
   uint64_t calls_ = 0;
   UniformStream stream_;
   std::vector<float> uniform_;  // one block of uniforms (scratch)
@@ -358,7 +368,7 @@ std::unique_ptr<Codec> make_qsgd_codec(SpecReader& reader, const TensorInfo& ten
   const auto bucket = reader.get_int_in("bucket", 512, 1, UINT32_MAX);
   const auto seed = reader.get_int_in("seed", 0, 0, INT64_MAX);
   return std::make_unique<QsgdCodec>(static_cast<unsigned>(levels), static_cast<uint32_t>(bucket),
-                                     static_cast<uint64_t>(seed), tensor.name);
+                                     static_cast<uint64_t>(seed), tensor);
 }
 
 }  // namespace gradwire::compress

@@ -30,6 +30,7 @@ namespace gradwire::compress {
 namespace {
 
 constexpr uint64_t kGolden = 0x9e3779b97f4a7c15ull;
+constexpr uint8_t kStateVersion = 1;
 
 // splitmix64's output function (Steele, Lea, Flood 2014): a bijective 64-bit mixer.
 inline uint64_t mix64(uint64_t z) {
@@ -87,8 +88,11 @@ class RandomPermutation {
 
 class RandomKCodec final : public SparsifierCodec {
  public:
-  RandomKCodec(DensitySchedule density, uint64_t seed, const std::string& tensor_name)
-      : density_(density), seed_(seed), stream_(mix64(seed ^ hash_name(tensor_name))) {}
+  RandomKCodec(DensitySchedule density, uint64_t seed, const TensorInfo& tensor)
+      : density_(density),
+        seed_(seed),
+        stream_(mix64(seed ^ hash_name(tensor.name))),
+        numel_(tensor.numel()) {}
 
   CodecId id() const override { return CodecId::kRandomK; }
   std::string spec() const override {
@@ -144,12 +148,15 @@ class RandomKCodec final : public SparsifierCodec {
     for (size_t j = 0; j < k; ++j) out[p(static_cast<uint32_t>(j))] += load_f32(values.data(), j);
   }
 
-  // Checkpoints: the warm-up's position and the step that seeds the next draw.
+  // Checkpoints: the warm-up's position and the step that seeds the next draw (the stream's
+  // key comes from the spec's seed and the tensor's name).
   void save_state(Bytes& out) const override {
+    write_state_header(out, *this, kStateVersion, numel_);
     density_.save_state(out);
     ByteWriter(out).put<uint64_t>(step_);
   }
   void load_state(ByteReader& in) override {
+    read_state_header(in, *this, kStateVersion, numel_);
     DensitySchedule density = density_;
     density.load_state(in);
     const auto step = in.get<uint64_t>("randomk step");
@@ -161,6 +168,7 @@ class RandomKCodec final : public SparsifierCodec {
   DensitySchedule density_;
   uint64_t seed_;
   uint64_t stream_;  // mix(seed ^ hash(tensor name))
+  size_t numel_;
   uint64_t step_ = 0;
   std::vector<uint32_t> indices_;  // positions sent by the last encode, in payload order
 };
@@ -170,7 +178,7 @@ class RandomKCodec final : public SparsifierCodec {
 std::unique_ptr<Codec> make_random_k_codec(SpecReader& reader, const TensorInfo& tensor) {
   const DensitySchedule density = DensitySchedule::read(reader, "randomk", 0.001);
   const long long seed = reader.get_int_in("seed", 0, 0, INT64_MAX);
-  return std::make_unique<RandomKCodec>(density, static_cast<uint64_t>(seed), tensor.name);
+  return std::make_unique<RandomKCodec>(density, static_cast<uint64_t>(seed), tensor);
 }
 
 }  // namespace gradwire::compress

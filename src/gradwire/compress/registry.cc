@@ -102,7 +102,7 @@ std::unique_ptr<Codec> create_codec(const std::string& spec_text, const TensorIn
   }
   if (ef) {
     codec = std::make_unique<ErrorFeedback>(std::move(codec), static_cast<float>(momentum),
-                                            it->second.mask_momentum);
+                                            it->second.mask_momentum, numel);
   }
   return codec;
 }

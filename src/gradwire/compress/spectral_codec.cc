@@ -21,6 +21,7 @@ namespace gradwire::compress {
 namespace {
 
 constexpr CodecId kId = CodecId::kSpectral;
+constexpr uint8_t kStateVersion = 1;
 
 // --- FFTW resources ------------------------------------------------------------------------
 
@@ -353,8 +354,14 @@ class SpectralCodec final : public Codec {
   }
 
   // Checkpoints: the encodes so far (the theta schedule's clock).
-  void save_state(Bytes& out) const override { ByteWriter(out).put<uint64_t>(step_); }
-  void load_state(ByteReader& in) override { step_ = in.get<uint64_t>("spectral step"); }
+  void save_state(Bytes& out) const override {
+    write_state_header(out, *this, kStateVersion, numel_);
+    ByteWriter(out).put<uint64_t>(step_);
+  }
+  void load_state(ByteReader& in) override {
+    read_state_header(in, *this, kStateVersion, numel_);
+    step_ = in.get<uint64_t>("spectral step");
+  }
 
  private:
   void check_size(size_t n) const {

@@ -34,6 +34,7 @@ namespace {
 
 constexpr size_t kGroup = kTernaryGroup;
 constexpr size_t kGroupBytes = kTernaryGroupBytes;
+constexpr uint8_t kStateVersion = 1;
 
 // All ones when element x is sent (u s < min(|x|, s), i.e. with probability min(|x|, s) / s).
 inline uint32_t sent_mask(float x, float u, float s) {
@@ -116,8 +117,8 @@ inline uint32_t group_code_residual(float* x, const float* u, size_t j, size_t q
 
 class TernGradCodec final : public Codec {
  public:
-  TernGradCodec(double clip, uint64_t seed, const std::string& tensor_name)
-      : clip_(clip), seed_(seed), key_(stream_key(seed, tensor_name)) {}
+  TernGradCodec(double clip, uint64_t seed, const TensorInfo& tensor)
+      : clip_(clip), seed_(seed), key_(stream_key(seed, tensor.name)), numel_(tensor.numel()) {}
 
   CodecId id() const override { return CodecId::kTernGrad; }
   std::string spec() const override {
@@ -146,9 +147,16 @@ class TernGradCodec final : public Codec {
     ternary_check_and_decode_add(codes, accum, s, "terngrad");
   }
 
-  // Checkpoints: the calls so far, which seed the next call's random stream.
-  void save_state(Bytes& out) const override { ByteWriter(out).put<uint64_t>(calls_); }
-  void load_state(ByteReader& in) override { calls_ = in.get<uint64_t>("terngrad calls"); }
+  // Checkpoints: the calls so far, which seed the next call's random stream (reseeded at
+  // every call, so the generator's own state is not carried).
+  void save_state(Bytes& out) const override {
+    write_state_header(out, *this, kStateVersion, numel_);
+    ByteWriter(out).put<uint64_t>(calls_);
+  }
+  void load_state(ByteReader& in) override {
+    read_state_header(in, *this, kStateVersion, numel_);
+    calls_ = in.get<uint64_t>("terngrad calls");
+  }
 
  private:
   // Writes the payload of `v`; with `residual` (== v), also v <- v - D(C(v)).
@@ -187,6 +195,7 @@ class TernGradCodec final : public Codec {
   double clip_;
   uint64_t seed_;
   uint64_t key_;
+  size_t numel_;
   uint64_t calls_ = 0;
   UniformStream stream_;
   std::vector<float> uniform_;  // one block of uniforms (scratch)
@@ -201,7 +210,7 @@ std::unique_ptr<Codec> make_terngrad_codec(SpecReader& reader, const TensorInfo&
                       " must be in (0, 1e6] (values are clipped to +-clip * sigma)");
   }
   const auto seed = reader.get_int_in("seed", 0, 0, INT64_MAX);
-  return std::make_unique<TernGradCodec>(clip, static_cast<uint64_t>(seed), tensor.name);
+  return std::make_unique<TernGradCodec>(clip, static_cast<uint64_t>(seed), tensor);
 }
 
 }  // namespace gradwire::compress

@@ -10,10 +10,11 @@ namespace {
 
 constexpr SparseBodyNames kNames{"topk",        "topk k",      "topk layout",   "topk indices",
                                  "topk bitmap", "topk values", "'topk' payload"};
+constexpr uint8_t kStateVersion = 1;
 
 class TopKCodec final : public Codec {
  public:
-  explicit TopKCodec(DensitySchedule density) : density_(density) {}
+  TopKCodec(DensitySchedule density, size_t numel) : density_(density), numel_(numel) {}
 
   CodecId id() const override { return CodecId::kTopK; }
   std::string spec() const override {
@@ -22,9 +23,15 @@ class TopKCodec final : public Codec {
     return bare_spec("topk", std::move(params));
   }
 
-  // The warm-up's position; the selection itself starts afresh at every encode.
-  void save_state(Bytes& out) const override { density_.save_state(out); }
-  void load_state(ByteReader& in) override { density_.load_state(in); }
+  // Checkpoints: the warm-up's position; the selection itself starts afresh at every encode.
+  void save_state(Bytes& out) const override {
+    write_state_header(out, *this, kStateVersion, numel_);
+    density_.save_state(out);
+  }
+  void load_state(ByteReader& in) override {
+    read_state_header(in, *this, kStateVersion, numel_);
+    density_.load_state(in);
+  }
 
   void encode(std::span<const float> input, Bytes& out) override {
     const uint32_t n = checked_count(input.size(), id());
@@ -50,14 +57,15 @@ class TopKCodec final : public Codec {
 
  private:
   DensitySchedule density_;
+  size_t numel_;
   TopKSelector selector_;
   std::vector<uint32_t> indices_;  // positions sent by the last encode, increasing
 };
 
 }  // namespace
 
-std::unique_ptr<Codec> make_topk_codec(SpecReader& reader, const TensorInfo&) {
-  return std::make_unique<TopKCodec>(DensitySchedule::read(reader, "topk", 0.01));
+std::unique_ptr<Codec> make_topk_codec(SpecReader& reader, const TensorInfo& tensor) {
+  return std::make_unique<TopKCodec>(DensitySchedule::read(reader, "topk", 0.01), tensor.numel());
 }
 
 }  // namespace gradwire::compress
