@@ -59,6 +59,29 @@ TEST(GlooCollectivesTest, AllreduceInt8SumAndFloatMax) {
   });
 }
 
+TEST(GlooCollectivesTest, AlltoallWithEmptyAndUnequalMessages) {
+  run_gloo_ranks(3, [](int rank, std::unique_ptr<Collectives>& cp) {
+    Collectives& c = *cp;
+    // Rank s sends rank d (d + 1) * s bytes of value 10 s + d: rank 0 sends nothing at all.
+    std::vector<Bytes> to(3), from;
+    uint64_t sent = 0;
+    for (int d = 0; d < 3; ++d) {
+      to[d] = Bytes((d + 1) * rank, static_cast<uint8_t>(10 * rank + d));
+      if (d != rank) sent += to[d].size();
+    }
+    for (int round = 0; round < 2; ++round) {  // the second reuses the buffers
+      c.alltoall_bytes(to, from);
+      ASSERT_EQ(from.size(), 3u);
+      for (int s = 0; s < 3; ++s) {
+        EXPECT_EQ(from[s], Bytes((rank + 1) * s, static_cast<uint8_t>(10 * s + rank)))
+            << "from rank " << s;
+      }
+    }
+    EXPECT_EQ(c.traffic().contributed, 2 * sent);
+    EXPECT_EQ(c.traffic().on_wire, 2 * (2 * 8 + sent));
+  });
+}
+
 TEST(GlooCollectivesTest, AllgatherVariableSizesAndBroadcast) {
   run_gloo_ranks(3, [](int rank, std::unique_ptr<Collectives>& cp) {
     Collectives& c = *cp;

@@ -50,6 +50,28 @@ TEST(LocalCollectivesTest, AllreduceInt8SumAndFloatMax) {
   });
 }
 
+TEST(LocalCollectivesTest, AlltoallDeliversEachPairsMessageAndCountsWhatLeavesTheRank) {
+  run_local_ranks(3, 5s, [](Collectives& c) {
+    // Rank s sends rank d (d + 1) * s bytes of value 10 s + d; nothing to rank 0 from 0.
+    std::vector<Bytes> to(3);
+    uint64_t sent = 0;
+    for (int d = 0; d < 3; ++d) {
+      to[d] = Bytes((d + 1) * c.rank(), static_cast<uint8_t>(10 * c.rank() + d));
+      if (d != c.rank()) sent += to[d].size();
+    }
+    std::vector<Bytes> from;
+    c.alltoall_bytes(to, from);
+    ASSERT_EQ(from.size(), 3u);
+    for (int s = 0; s < 3; ++s) {
+      EXPECT_EQ(from[s], Bytes((c.rank() + 1) * s, static_cast<uint8_t>(10 * s + c.rank())))
+          << "from rank " << s;
+    }
+    EXPECT_EQ(c.traffic().contributed, sent);
+    EXPECT_EQ(c.traffic().on_wire, 2 * 8 + sent);  // sizes to 2 peers, then the data
+    EXPECT_THROW(c.alltoall_bytes(std::vector<Bytes>(2), from), Error);
+  });
+}
+
 TEST(LocalCollectivesTest, AllgatherKeepsEachRanksSize) {
   run_local_ranks(3, 5s, [](Collectives& c) {
     Bytes mine(c.rank() + 1, static_cast<uint8_t>(c.rank()));

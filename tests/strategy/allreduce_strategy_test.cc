@@ -201,6 +201,10 @@ class RecordingCollectives : public comm::Collectives {
     ++operations;
     inner_.allgather_bytes(data, out);
   }
+  void alltoall_bytes(std::span<const Bytes> to, std::vector<Bytes>& out) override {
+    ++operations;
+    inner_.alltoall_bytes(to, out);
+  }
   void broadcast(void* data, size_t bytes, int root) override {
     ++operations;
     inner_.broadcast(data, bytes, root);

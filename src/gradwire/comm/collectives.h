@@ -13,7 +13,8 @@
 //  * traffic() counts, per rank, what it contributed (its allreduce buffer, its allgather
 //    data, a broadcast root's buffer) and what its sends put on the network in Gloo's
 //    algorithms (wire_bytes.h); the two differ by the algorithm's factor, e.g. about
-//    2(W-1)/W for a ring allreduce and (W-1), plus padding, for an allgather.
+//    2(W-1)/W for a ring allreduce and (W-1), plus padding, for an allgather; an alltoall
+//    contributes and sends what goes to the other ranks, plus a round of sizes.
 #pragma once
 
 #include <chrono>
@@ -68,6 +69,12 @@ class Collectives {
     return out;
   }
 
+  // Personalised exchange (MPI_Alltoallv): to[r] goes to rank r, and out[r] becomes what
+  // rank r sent to this rank (out[rank()] is to[rank()]). to.size() must be size(); sizes
+  // may differ per pair and per rank. A first round exchanges the sizes (8 bytes a pair).
+  // Buffers in `out` keep their capacity from call to call.
+  virtual void alltoall_bytes(std::span<const Bytes> to, std::vector<Bytes>& out) = 0;
+
   // Copies `bytes` bytes at `data` from `root` to every rank.
   virtual void broadcast(void* data, size_t bytes, int root) = 0;
 
@@ -87,6 +94,15 @@ class Collectives {
     traffic_.contributed += data;
     traffic_.on_wire += ring_allgather_wire_bytes(sizeof(int64_t), size()) +
                         ring_allgather_wire_bytes(padded, size());
+  }
+  // What this rank sends to the other ranks in an alltoall (to[rank()] stays here).
+  void count_alltoall(std::span<const Bytes> to) {
+    uint64_t sent = 0;
+    for (size_t r = 0; r < to.size(); ++r) {
+      if (static_cast<int>(r) != rank()) sent += to[r].size();
+    }
+    traffic_.contributed += sent;
+    traffic_.on_wire += pairwise_alltoall_wire_bytes(sent, size());
   }
   void count_broadcast(size_t bytes, int root) {
     if (rank() == root) traffic_.contributed += bytes;

@@ -124,6 +124,32 @@ void LocalCollectives::allgather_bytes(std::span<const uint8_t> data, std::vecto
   for (size_t r = 0; r < all->size(); ++r) out[r].assign((*all)[r].begin(), (*all)[r].end());
 }
 
+// Each rank deposits its messages as u64 length + bytes, in destination order, and reads
+// its own from every deposit.
+void LocalCollectives::alltoall_bytes(std::span<const Bytes> to, std::vector<Bytes>& out) {
+  if (static_cast<int>(to.size()) != size()) {
+    throw Error("alltoall_bytes: " + std::to_string(to.size()) + " messages for " +
+                std::to_string(size()) + " ranks");
+  }
+  Bytes mine;
+  ByteWriter writer(mine);
+  for (const Bytes& message : to) {
+    writer.put<uint64_t>(message.size());
+    writer.put_array<uint8_t>(message);
+  }
+  count_alltoall(to);
+  auto all = group_->exchange(rank_, std::move(mine), "alltoall #" + std::to_string(++sequence_));
+  out.resize(size());
+  for (int r = 0; r < size(); ++r) {
+    ByteReader reader((*all)[r]);
+    for (int d = 0; d < size(); ++d) {
+      const auto length = reader.get<uint64_t>("alltoall message length");
+      const auto bytes = reader.get_bytes(static_cast<size_t>(length), "alltoall message");
+      if (d == rank_) out[r].assign(bytes.begin(), bytes.end());
+    }
+  }
+}
+
 void LocalCollectives::broadcast(void* data, size_t bytes, int root) {
   const auto* raw = static_cast<const uint8_t*>(data);
   Bytes mine;

@@ -56,6 +56,7 @@ class LocalCollectives : public Collectives {
   void allreduce_max(float* data, size_t count) override;
   using Collectives::allgather_bytes;
   void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override;
+  void alltoall_bytes(std::span<const Bytes> to, std::vector<Bytes>& out) override;
   void broadcast(void* data, size_t bytes, int root) override;
   void barrier() override;
 

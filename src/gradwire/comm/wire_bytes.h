@@ -2,6 +2,8 @@
 // runs (ProcessGroupGloo on CPU tensors; gloo/allreduce.cc, allgather.cc, broadcast.cc):
 //   allreduce  ring (reduce-scatter, then allgather): 2(W-1) chunks of ceil(B/W) bytes;
 //   allgather  ring: each rank forwards W-1 contributions of B bytes (the padded size);
+//   alltoall   pairwise (alltoallv): what a rank sends the others, each directly, after
+//              a round of 8-byte sizes to each;
 //   broadcast  binomial tree from the root: B bytes to each of a rank's children
 //              (W-1 sends in all, the root making ceil(log2 W) of them).
 // Exact up to Gloo's segment rounding; TCP/IP headers (a few percent) are not included.
@@ -26,6 +28,11 @@ inline uint64_t ring_allreduce_wire_bytes(uint64_t bytes, int world) {
 
 inline uint64_t ring_allgather_wire_bytes(uint64_t bytes_per_rank, int world) {
   return world < 2 ? 0 : static_cast<uint64_t>(world - 1) * bytes_per_rank;
+}
+
+// `sent`: the bytes this rank sends the other ranks' (sizes round included).
+inline uint64_t pairwise_alltoall_wire_bytes(uint64_t sent, int world) {
+  return world < 2 ? 0 : static_cast<uint64_t>(world - 1) * sizeof(int64_t) + sent;
 }
 
 // Sends of `rank` in Gloo's binomial-tree broadcast from `root`.
