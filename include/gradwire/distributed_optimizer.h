@@ -115,6 +115,12 @@ struct DistributedOptions {
   // instead of all of them in step(). Accumulating gradients over several backward passes
   // per step needs it off (a second backward before step() is refused with an error).
   bool overlap = true;
+  // Buckets of sparse codecs (topk and the other sparsifiers) are summed by "allgather"
+  // (every rank receives every payload), "split" (a sparse reduce-scatter by index range,
+  // then an allgather of the reduced ranges: traffic that does not grow with the world) or
+  // "dense" (an allreduce of the decoded payloads); "auto" picks per bucket and step by
+  // an alpha-beta cost model (docs/SCALING.md).
+  std::string sparse_aggregation = "auto";
   bool momentum_correction = true;  // see above (not for gossip: its codec carries models)
   // Copy rank 0's buffers to every rank after each step() (DDP's broadcast_buffers); false
   // leaves each rank its own after construction. Strategies "ps" and "gossip" never do:

@@ -86,6 +86,7 @@ void add_bench_command(CLI::App& app, int& exit_code) {
   quality->callback(
       [&exit_code] { exit_code = run({bench_file("gradwire_codec_quality").string()}); });
   add_bench_e2e_command(*bench, exit_code);
+  add_bench_exchange_command(*bench, exit_code);
 }
 
 }  // namespace gradwire::cli

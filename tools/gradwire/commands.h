@@ -32,4 +32,8 @@ void add_bench_command(CLI::App& app, int& exit_code);
 // `gradwire bench e2e ...` (bench_e2e_command.cc), added under `bench`.
 void add_bench_e2e_command(CLI::App& bench, int& exit_code);
 
+// `gradwire bench exchange ...` (bench_exchange_command.cc): one rank of the aggregation
+// scaling benchmark, added under `bench`.
+void add_bench_exchange_command(CLI::App& bench, int& exit_code);
+
 }  // namespace gradwire::cli

@@ -55,6 +55,8 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
                                std::to_string(o.bucket_bytes / double(1 << 20)),
                                "--overlap",
                                o.overlap ? "on" : "off",
+                               "--sparse-aggregation",
+                               o.sparse_aggregation,
                                "--epochs",
                                std::to_string(o.epochs),
                                "--batch-size",
@@ -243,6 +245,11 @@ void add_train_command(CLI::App& app, int& exit_code) {
          "--overlap", [&o](const std::string& v) { o.overlap = v == "on"; },
          "Exchange buckets during backward: on (default) or off")
       ->check(CLI::IsMember({"on", "off"}));
+  cmd->add_option("--sparse-aggregation", o.sparse_aggregation,
+                  "How buckets of sparse codecs are summed: auto (by a cost model), allgather, "
+                  "split (sparse reduce-scatter + allgather) or dense (docs/SCALING.md)")
+      ->check(CLI::IsMember({"auto", "allgather", "split", "dense"}))
+      ->capture_default_str();
   cmd->add_option("--epochs", o.epochs)->capture_default_str();
   cmd->add_option("--batch-size", o.batch_size, "Per-worker batch size")->capture_default_str();
   cmd->add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();

@@ -20,10 +20,12 @@ std::string canonical_codec(const std::string& codec) {
 std::unique_ptr<Strategy> create_strategy(comm::Collectives& collectives,
                                           const StrategyOptions& options) {
   if (options.name == "allreduce") {
-    const AllreduceOptions allreduce{.codec = options.codec,
-                                     .bucket_bytes = options.bucket_bytes,
-                                     .first_bucket_bytes = options.first_bucket_bytes,
-                                     .overlap = options.overlap};
+    AllreduceOptions allreduce;
+    allreduce.codec = options.codec;
+    allreduce.bucket_bytes = options.bucket_bytes;
+    allreduce.first_bucket_bytes = options.first_bucket_bytes;
+    allreduce.overlap = options.overlap;
+    allreduce.sparse_aggregation = options.sparse_aggregation;
     if (AdaptiveOptions::matches(options.codec)) {
       return std::make_unique<AdaptiveStrategy>(collectives, AdaptiveOptions::parse(options.codec),
                                                 allreduce);

@@ -16,6 +16,7 @@ struct StrategyOptions {
   size_t bucket_bytes = 25u << 20;
   size_t first_bucket_bytes = 1u << 20;
   bool overlap = true;
+  std::string sparse_aggregation = "auto";  // AllreduceOptions::sparse_aggregation
 };
 
 // Throws ConfigError for an unknown name, listing the available strategies.

@@ -401,6 +401,7 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
     strategy_options.bucket_bytes = options.bucket_bytes;
     strategy_options.first_bucket_bytes = options.first_bucket_bytes;
     strategy_options.overlap = options.overlap;
+    strategy_options.sparse_aggregation = options.sparse_aggregation;
     impl_->strategy = strategy::create_strategy(impl_->context->collectives(), strategy_options);
   }
   {

@@ -133,6 +133,7 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   dist_options.compressor = options.compressor;
   dist_options.bucket_bytes = options.bucket_bytes;
   dist_options.overlap = options.overlap;
+  dist_options.sparse_aggregation = options.sparse_aggregation;
   DistributedOptimizer optimizer(
       context_ptr,
       torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(options.lr)

@@ -29,6 +29,7 @@ struct TrainOptions {
   std::string compressor = "none";
   size_t bucket_bytes = 25u << 20;
   bool overlap = true;  // exchange buckets during backward (DistributedOptions::overlap)
+  std::string sparse_aggregation = "auto";  // DistributedOptions::sparse_aggregation
   int epochs = 3;
   int batch_size = 32;  // per worker
   double lr = 0.05;

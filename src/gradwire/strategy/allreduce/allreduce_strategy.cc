@@ -8,6 +8,7 @@
 #include "gradwire/core/error.h"
 #include "gradwire/core/timeline.h"
 #include "gradwire/strategy/agreement.h"
+#include "gradwire/strategy/allreduce/sparse_exchange.h"
 
 namespace gradwire::strategy {
 
@@ -17,6 +18,7 @@ struct AllreduceStrategy::Bucket {
   size_t elements = 0;
   std::optional<compress::WireType> wire;  // set: additive path
   bool int8 = false;                       // shared-scale path (int8 codec)
+  bool sparse_codecs = false;              // message path, every codec sends_sparse
   std::vector<uint8_t> wire_buffer;
   // Shared-scale path: each tensor's first block in `maxima`, and the blocks' maxima.
   std::vector<size_t> block_offsets;
@@ -26,11 +28,27 @@ struct AllreduceStrategy::Bucket {
   Bytes message;
   std::vector<Bytes> gathered;
   std::vector<std::vector<std::span<const uint8_t>>> payloads;
+  // Sparse codecs only (every tensor's codec sends_sparse): the split and dense paths,
+  // this rank's decoded payloads and the sum, n floats each.
+  std::unique_ptr<SparseExchange> sparse;
+  comm::SparsePath last_path = comm::SparsePath::kAllgather;
+  std::vector<float> mine, sum;
 };
 
 AllreduceStrategy::AllreduceStrategy(comm::Collectives& collectives, AllreduceOptions options)
     : collectives_(collectives), options_(std::move(options)) {
   if (options_.bucket_bytes == 0) throw ConfigError("bucket size must be positive");
+  const std::string& path = options_.sparse_aggregation;
+  if (path == "allgather") {
+    sparse_path_ = comm::SparsePath::kAllgather;
+  } else if (path == "split") {
+    sparse_path_ = comm::SparsePath::kSplit;
+  } else if (path == "dense") {
+    sparse_path_ = comm::SparsePath::kDense;
+  } else if (path != "auto") {
+    throw ConfigError("unknown sparse aggregation '" + path +
+                      "'; it is one of auto, allgather, split, dense");
+  }
 }
 
 AllreduceStrategy::~AllreduceStrategy() = default;
@@ -44,7 +62,9 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
   }
   const auto policy = compress::CodecPolicy::parse(options_.codec);
   if (options_.agree_at_start) {
-    check_same_configuration(collectives_, configuration_lines(name(), policy, tensors));
+    auto lines = configuration_lines(name(), policy, tensors);
+    lines.push_back("sparse aggregation " + options_.sparse_aggregation);
+    check_same_configuration(collectives_, lines);
     broadcast_from_rank0(collectives_, params);
   }
 
@@ -64,16 +84,19 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
     const auto wire = codecs_[k]->additive_wire();
     auto* shared = codecs_[k]->shared_scale();
     const bool int8 = shared != nullptr;
+    const bool sparse = !wire && !int8 && compress::sends_sparse(codecs_[k]->id());
     const size_t cap = buckets_.size() == 1
                            ? std::min(options_.first_bucket_bytes, options_.bucket_bytes)
                            : options_.bucket_bytes;
     const bool fits = !buckets_.empty() && buckets_.back().wire == wire &&
                       buckets_.back().int8 == int8 &&
+                      buckets_.back().sparse_codecs == sparse &&
                       (buckets_.back().elements + n) * sizeof(float) <= cap;
     if (!fits) {
       buckets_.emplace_back();
       buckets_.back().wire = wire;
       buckets_.back().int8 = int8;
+      buckets_.back().sparse_codecs = sparse;
     }
     Bucket& bucket = buckets_.back();
     bucket.tensors.push_back(k);
@@ -95,6 +118,8 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
             std::to_string(collectives_.size()));
       }
       bucket.wire_buffer.resize(bucket.elements);
+    } else if (bucket.sparse_codecs) {
+      bucket.sparse = std::make_unique<SparseExchange>(bucket.elements);
     }
   }
   p_buffer_.resize(p_size);
@@ -167,16 +192,22 @@ void AllreduceStrategy::run_bucket(size_t b) {
   count_dense(bucket.elements * sizeof(float));
 }
 
+comm::SparsePath AllreduceStrategy::last_sparse_path(size_t b) const {
+  if (b >= buckets_.size()) throw Error("no bucket " + std::to_string(b));
+  return buckets_[b].last_path;
+}
+
 std::vector<std::vector<size_t>> AllreduceStrategy::bucket_layout() const {
   std::vector<std::vector<size_t>> layout;
   for (const Bucket& bucket : buckets_) layout.push_back(bucket.tensors);
   return layout;
 }
 
-// State: tag, tensor count, the traffic counters, then one section per tensor with its
-// codec's state (compress::Codec::save_state).
+// State: tag, tensor count, the traffic counters, one section per tensor with its codec's
+// state (compress::Codec::save_state), then the last step's totals of every sparse bucket
+// (they choose the next step's path).
 namespace {
-constexpr uint32_t kAllreduceStateTag = 0x31525741;  // "AWR1"
+constexpr uint32_t kAllreduceStateTag = 0x32525741;  // "AWR2"
 }  // namespace
 
 void AllreduceStrategy::save_state(Bytes& out) const {
@@ -193,6 +224,9 @@ void AllreduceStrategy::save_state(Bytes& out) const {
     codec_state.clear();
     codec->save_state(codec_state);
     put_section(out, codec_state);
+  }
+  for (const Bucket& bucket : buckets_) {
+    if (bucket.sparse) bucket.sparse->totals().save(out);
   }
 }
 
@@ -215,6 +249,9 @@ void AllreduceStrategy::load_state(ByteReader& in) {
     ByteReader section = get_section(in, "codec state");
     codecs_[k]->load_state(section);
     section.expect_end(("codec state of tensor " + std::to_string(k)).c_str());
+  }
+  for (Bucket& bucket : buckets_) {
+    if (bucket.sparse) bucket.sparse->set_totals(SparseStepTotals::load_from(in));
   }
   traffic_ = traffic;
 }
@@ -328,7 +365,7 @@ void AllreduceStrategy::synchronize_int8(Bucket& bucket, const FloatSpans& grads
 
 // Message layout per bucket and rank: for each tensor of the bucket, u32 length + payload.
 void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& grads) {
-  const std::string args = timeline_args(bucket);
+  std::string args = timeline_args(bucket);
   {
     // Each payload is encoded straight into the message, behind its length.
     TimelineSpan span("encode", "compute");
@@ -341,6 +378,24 @@ void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& g
       const auto length =
           static_cast<uint32_t>(bucket.message.size() - length_at - sizeof(uint32_t));
       std::memcpy(bucket.message.data() + length_at, &length, sizeof length);
+    }
+  }
+  if (bucket.sparse) {
+    // Every rank has the same totals, so every rank takes the same path.
+    const int world = collectives_.size();
+    const SparseStepTotals& totals = bucket.sparse->totals();
+    bucket.last_path =
+        sparse_path_           ? *sparse_path_
+        : totals.known ? comm::cheapest_sparse_path(
+                             options_.link, totals.load(bucket.elements, world), world)
+                       : comm::SparsePath::kAllgather;
+    if (!args.empty()) {
+      args.back() = ',';
+      args += "\"path\":\"" + std::string(comm::sparse_path_name(bucket.last_path)) + "\"}";
+    }
+    if (bucket.last_path != comm::SparsePath::kAllgather) {
+      synchronize_sparse(bucket, grads, bucket.last_path, args);
+      return;
     }
   }
   {
@@ -387,6 +442,53 @@ void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& g
       }
     }
     for (float& v : grad) v *= scale;
+  }
+  if (bucket.sparse) {
+    uint64_t payload_bytes = 0, union_count = 0;
+    for (int r = 0; r < world; ++r) {
+      for (const auto& payload : payloads[r]) payload_bytes += payload.size();
+    }
+    for (size_t k : bucket.tensors) {
+      for (const float v : grads[k]) union_count += v != 0.0f;
+    }
+    bucket.sparse->record_allgather(payload_bytes, union_count);
+  }
+}
+
+void AllreduceStrategy::synchronize_sparse(Bucket& bucket, const FloatSpans& grads,
+                                           comm::SparsePath path, const std::string& args) {
+  uint64_t payload_bytes = 0;
+  {
+    // This rank's payloads as every rank would decode them.
+    TimelineSpan span("decode", "compute");
+    span.set_args(args);
+    bucket.mine.assign(bucket.elements, 0.0f);
+    ByteReader reader(bucket.message);
+    for (size_t j = 0; j < bucket.tensors.size(); ++j) {
+      const size_t k = bucket.tensors[j];
+      const uint32_t length = reader.get<uint32_t>("payload length");
+      codecs_[k]->decode_add(reader.get_bytes(length, "payload"),
+                             std::span<float>(bucket.mine).subspan(bucket.offsets[j], grads[k].size()));
+      payload_bytes += length;
+    }
+  }
+  bucket.sum.resize(bucket.elements);
+  {
+    TimelineSpan span("communicate", "communicate");
+    span.set_args(args);
+    if (path == comm::SparsePath::kSplit) {
+      bucket.sparse->split(collectives_, bucket.mine, payload_bytes, bucket.sum);
+    } else {
+      bucket.sparse->dense(collectives_, bucket.mine, payload_bytes, bucket.sum);
+    }
+  }
+  TimelineSpan span("decode", "compute");
+  span.set_args(args);
+  const float scale = 1.0f / static_cast<float>(collectives_.size());
+  for (size_t j = 0; j < bucket.tensors.size(); ++j) {
+    const float* sum = bucket.sum.data() + bucket.offsets[j];
+    std::span<float> grad = grads[bucket.tensors[j]];
+    for (size_t i = 0; i < grad.size(); ++i) grad[i] = sum[i] * scale;
   }
 }
 

@@ -12,6 +12,11 @@
 //    the bucket's payloads are allgathered as one message, and every rank decodes all
 //    ranks' payloads in rank order, sums and divides by world. Decoding its own payload
 //    too (instead of using its raw gradient) keeps all ranks bitwise equal.
+//    Buckets of sparse codecs (compress::sends_sparse) may instead take the split or dense
+//    path of sparse_exchange.h, whose traffic does not grow with the world: with
+//    sparse_aggregation "auto", each step takes the path the cost model
+//    (comm/cost_model.h, over `link`) predicts cheapest for the previous step's totals
+//    (the first step: allgather); every rank has the same totals, so all take the same.
 // Tensors whose codec has a low-rank face (PowerSGD) are exchanged after the buckets, all
 // together, in two allreduces per step: every tensor's P, then every tensor's Q.
 //
@@ -25,10 +30,12 @@
 
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <vector>
 
 #include "gradwire/comm/collectives.h"
+#include "gradwire/comm/cost_model.h"
 #include "gradwire/strategy/allreduce/in_order_executor.h"
 #include "gradwire/strategy/strategy.h"
 
@@ -39,6 +46,9 @@ struct AllreduceOptions {
   size_t bucket_bytes = 25u << 20;  // DDP's default bucket_cap_mb = 25
   size_t first_bucket_bytes = 1u << 20;  // DDP's first bucket (capped by bucket_bytes)
   bool overlap = true;                   // exchange buckets during backward
+  // Buckets of sparse codecs: "auto", or always "allgather", "split" or "dense".
+  std::string sparse_aggregation = "auto";
+  comm::LinkModel link;  // what "auto" predicts with (its default: 1 Gbit/s, 50 us)
   // start() checks the ranks' configuration and broadcasts rank 0's parameters; an
   // adaptive strategy that did both for all its plans turns it off.
   bool agree_at_start = true;
@@ -61,6 +71,8 @@ class AllreduceStrategy : public Strategy {
 
   // Bucket layout, for tests and diagnostics: tensor indices per bucket.
   std::vector<std::vector<size_t>> bucket_layout() const;
+  // The path bucket b's last exchange took (allgather for buckets that are not sparse).
+  comm::SparsePath last_sparse_path(size_t b) const;
 
  private:
   struct Bucket;
@@ -75,6 +87,9 @@ class AllreduceStrategy : public Strategy {
   std::string timeline_args(const Bucket& bucket) const;
   void synchronize_additive(Bucket& bucket, const FloatSpans& grads);
   void synchronize_messages(Bucket& bucket, const FloatSpans& grads);
+  // The split and dense paths of a sparse bucket; `payloads` holds this rank's.
+  void synchronize_sparse(Bucket& bucket, const FloatSpans& grads, comm::SparsePath path,
+                          const std::string& args);
   void synchronize_int8(Bucket& bucket, const FloatSpans& grads);
   void synchronize_low_rank(const FloatSpans& grads);
   // Adds `bytes` of fp32 gradient to the step's dense figures (as one ring allreduce).
@@ -82,6 +97,7 @@ class AllreduceStrategy : public Strategy {
 
   comm::Collectives& collectives_;
   AllreduceOptions options_;
+  std::optional<comm::SparsePath> sparse_path_;  // forced; unset: "auto"
   std::vector<compress::TensorInfo> tensors_;
   std::vector<std::unique_ptr<compress::Codec>> codecs_;  // one per tensor
   std::vector<Bucket> buckets_;
