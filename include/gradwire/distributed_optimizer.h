@@ -121,6 +121,11 @@ struct DistributedOptions {
   // "dense" (an allreduce of the decoded payloads); "auto" picks per bucket and step by
   // an alpha-beta cost model (docs/SCALING.md).
   std::string sparse_aggregation = "auto";
+  // The link the cost model assumes (sparse aggregation "auto", and the codec "auto",
+  // which predicts each plan's exchange with it): bits per second through one rank's link,
+  // and the seconds one message step costs. 1 Gbit/s and 50 us by default.
+  double link_bits_per_s = 1e9;
+  double link_latency_s = 50e-6;
   bool momentum_correction = true;  // see above (not for gossip: its codec carries models)
   // Copy rank 0's buffers to every rank after each step() (DDP's broadcast_buffers); false
   // leaves each rank its own after construction. Strategies "ps" and "gossip" never do:

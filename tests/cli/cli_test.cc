@@ -166,6 +166,15 @@ TEST(CliTest, UnknownCompressorFailsWithTheList) {
   EXPECT_NE(r.output.find("topk"), std::string::npos) << r.output;
 }
 
+TEST(CliTest, ALinkThatIsNotARateIsRefusedNamingTheFlag) {
+  const auto r = run(std::string(GRADWIRE_CLI) +
+                         " train --workers 2 --epochs 1 --train-limit 256 --link-bandwidth fast",
+                     120);
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.output.find("--link-bandwidth"), std::string::npos) << r.output;
+  EXPECT_NE(r.output.find("fast"), std::string::npos) << r.output;
+}
+
 TEST(CliTest, RankThatNeverJoinsIsNamedWithinTheTimeout) {
   // Rank 1 sleeps instead of joining; rank 0 must give up after 3 s naming it, and the
   // launcher must stop rank 1 and exit non-zero naming rank 1 as the root cause (from rank

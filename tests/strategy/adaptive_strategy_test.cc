@@ -108,7 +108,7 @@ TEST(ChoosePlanTest, ScoresPenaliseCompressingPlansAndTiesGoToTheFaithfulPlan) {
 TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
   const auto o = AdaptiveOptions::parse("auto");
   EXPECT_EQ(o.canonical,
-            "auto:eta=0.5,penalty=0.65,plans=none/fp16/int8/powersgd,rank=2,reprobe=2000,trial=5,"
+            "auto:eta=0.5,penalty=0.65,plans=none/fp16/int8/powersgd,prune=2,rank=2,reprobe=2000,trial=5,"
             "window=50");
   ASSERT_EQ(o.plans.size(), 4u);
   EXPECT_FALSE(o.plans[2].compresses);  // int8
@@ -125,7 +125,7 @@ TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
   EXPECT_THROW(AdaptiveOptions::parse("accordion:trial=3"), ConfigError);  // auto's key
   EXPECT_THROW(AdaptiveOptions::parse("auto:window=0"), ConfigError);
   EXPECT_EQ(canonical_codec("auto:trial=3"),
-            "auto:eta=0.5,penalty=0.65,plans=none/fp16/int8/powersgd,rank=2,reprobe=2000,trial=3,"
+            "auto:eta=0.5,penalty=0.65,plans=none/fp16/int8/powersgd,prune=2,rank=2,reprobe=2000,trial=3,"
             "window=50");
 }
 
@@ -195,6 +195,7 @@ struct RunSettings {
   int steps = 0;
   int64_t rows = 16, cols = 32;
   double bytes_per_s = 0;  // 0: no simulated link
+  comm::LinkModel link;    // what auto's cost model assumes
   std::chrono::milliseconds compute{0};
   std::function<float(int step)> norm_scale = [](int) { return 1.0f; };
   std::function<double(int rank, int step)> lr = [](int, int) { return 0.1; };
@@ -227,7 +228,8 @@ std::vector<RankRun> run_ranks(int world, const RunSettings& settings,
       param_spans.emplace_back(params[t]);
       grad_spans.emplace_back(grads[t]);
     }
-    auto strategy = create_strategy(*c, {.name = "allreduce", .codec = settings.codec});
+    auto strategy =
+        create_strategy(*c, {.name = "allreduce", .codec = settings.codec, .link = settings.link});
     auto* adaptive = dynamic_cast<AdaptiveStrategy*>(strategy.get());
     ASSERT_NE(adaptive, nullptr);
     strategy->start(tensors, param_spans);
@@ -329,10 +331,10 @@ TEST(AutoTest, ASlowLinkSelectsPowerSgdOnceTrainingIsOutOfItsCriticalStart) {
   settings.bytes_per_s = 2e6;
   settings.compute = 5ms;
   const auto runs = run_ranks(2, settings);
-  // Steps 0-2 measure none, 3-5 fp16 (PowerSGD is not tried in the critical start); fp16
-  // wins; the window ending at step 7 finds the norm steady (normal), so steps 8-10
-  // measure PowerSGD, which wins.
-  const auto expected = plans_by_step({{0, "none"}, {3, "fp16"}, {6, "fp16"}, {8, "powersgd"}}, 14);
+  // Steps 0-2 measure fp16, 3-5 none (the model predicts fp16's exchange smaller, and
+  // PowerSGD is not tried in the critical start); fp16 wins; the window ending at step 7
+  // finds the norm steady (normal), so steps 8-10 measure PowerSGD, which wins.
+  const auto expected = plans_by_step({{0, "fp16"}, {3, "none"}, {6, "fp16"}, {8, "powersgd"}}, 14);
   const std::vector<std::pair<uint64_t, std::string>> decisions = {{6, "fp16"}, {11, "powersgd"}};
   for (int r = 0; r < 2; ++r) {
     EXPECT_EQ(runs[r].plan_per_step, expected) << "rank " << r;
@@ -358,9 +360,54 @@ TEST(AutoTest, AFastLinkSelectsNoneOrFp16) {
     EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
     EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
   }
-  // PowerSGD was measured after none (steps 0-5) and fp16 (6-11), the norm being steady
-  // (normal from step 8), and not chosen.
-  EXPECT_EQ(runs[0].plan_per_step[12], "powersgd");
+  // fp16 was measured in steps 0-5 and none in 6-11 (PowerSGD, first by the model, was
+  // skipped in the critical start); the norm being steady (normal from step 8), the
+  // window ending at step 15 starts PowerSGD's trial, and it is not chosen.
+  EXPECT_EQ(runs[0].plan_per_step[16], "powersgd");
+}
+
+TEST(AutoTest, TheModelRulesOutAPlanWhoseExchangeAloneExceedsTwiceTheBestStep) {
+  // The 1 MiB weight over a simulated 2 MB/s link that the model knows: int8's exchange is
+  // predicted at about 0.13 s, none's at 0.52 s. int8 is measured first (about 0.14 s a
+  // step) and none, predicted beyond twice that, is never run.
+  RunSettings settings;
+  settings.codec = "auto:window=4,trial=2,plans=none/int8";
+  settings.steps = 6;
+  settings.rows = 256;
+  settings.cols = 1024;
+  settings.bytes_per_s = 2e6;
+  settings.link = comm::LinkModel::from_bandwidth(0, 8 * 2e6);
+  settings.compute = 5ms;
+  const auto runs = run_ranks(2, settings);
+  const std::vector<std::pair<uint64_t, std::string>> decisions = {{3, "int8"}};
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(runs[r].plan_per_step, std::vector<std::string>(6, "int8")) << "rank " << r;
+    EXPECT_EQ(runs[r].decisions, decisions) << "rank " << r;
+    ASSERT_FALSE(runs[r].reasons.empty());
+    EXPECT_NE(runs[r].reasons[0].find("ruled out by the model: none"), std::string::npos)
+        << runs[r].reasons[0];
+    EXPECT_NE(runs[r].reasons[0].find("exchange ms/step predicted: none 52"), std::string::npos)
+        << runs[r].reasons[0];
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+  }
+}
+
+TEST(AutoTest, Int8IsLeftOutBeyond127Ranks) {
+  // int8 sums the ranks' levels in int8: at 128 ranks it has none, and auto goes on
+  // without it instead of failing.
+  RunSettings settings;
+  settings.codec = "auto:window=2,trial=1";
+  settings.steps = 5;
+  settings.rows = 4;
+  settings.cols = 4;
+  const auto runs = run_ranks(128, settings);
+  for (int r = 0; r < 128; ++r) {
+    for (const auto& plan : runs[r].plan_per_step) EXPECT_NE(plan, "int8") << "rank " << r;
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+  }
+  ASSERT_FALSE(runs[0].reasons.empty());
+  EXPECT_NE(runs[0].reasons[0].find("int8 left out"), std::string::npos) << runs[0].reasons[0];
+  EXPECT_THROW(run_ranks(128, {.codec = "auto:plans=int8", .steps = 1}), ConfigError);
 }
 
 }  // namespace

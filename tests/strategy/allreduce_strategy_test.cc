@@ -293,6 +293,38 @@ TEST(AllreduceStrategyTest, NoneAveragesExactly) {
   });
 }
 
+TEST(AllreduceStrategyTest, PredictedExchangeIsTheCostModelsOfItsCollectives) {
+  // One bucket of 1,000 elements (a: 600, b: 400) at 3 ranks over a 1 us, 1 GB/s link.
+  const std::vector<TensorInfo> tensors{{"a", {600}, LayerKind::kNorm},
+                                        {"b", {400}, LayerKind::kNorm}};
+  const comm::LinkModel link{1e-6, 1e-9};
+  const auto ring = [&](double bytes) { return comm::ring_allreduce_seconds(link, bytes, 3); };
+  for (const std::string codec : {"none", "fp16", "int8", "topk:density=0.1"}) {
+    comm::run_local_ranks(3, 5s, [&](comm::Collectives& c) {
+      AllreduceStrategy strategy(c, {.codec = codec});
+      std::vector<float> pa(600), pb(400), ga(600), gb(400);
+      strategy.start(tensors, {pa, pb});
+      const auto before = strategy.predicted_exchange_seconds(link);
+      if (codec == "none") {
+        EXPECT_DOUBLE_EQ(before.value(), ring(4000));
+      } else if (codec == "fp16") {
+        EXPECT_DOUBLE_EQ(before.value(), ring(2000));
+      } else if (codec == "int8") {  // 3 + 2 blocks of 256: the maxima, then the levels
+        EXPECT_DOUBLE_EQ(before.value(), ring(5 * 4) + ring(1000));
+      } else {
+        EXPECT_FALSE(before.has_value());  // a sparse payload's size is known after a step
+        for (size_t i = 0; i < 600; ++i) ga[i] = float(i % 7) - 3.0f + 0.01f * c.rank();
+        for (size_t i = 0; i < 400; ++i) gb[i] = float(i % 5) - 2.0f;
+        strategy.synchronize({ga, gb});
+        const auto after = strategy.predicted_exchange_seconds(link);
+        ASSERT_TRUE(after.has_value());
+        EXPECT_GT(*after, comm::ring_allreduce_seconds(link, 0, 3));
+        EXPECT_LT(*after, ring(4000));  // a tenth of the pairs costs less than fp32
+      }
+    });
+  }
+}
+
 TEST(AllreduceStrategyTest, StartBroadcastsRankZerosParameters) {
   const std::vector<TensorInfo> tensors{{"w", {4}, LayerKind::kNorm}};
   comm::run_local_ranks(2, 5s, [&](comm::Collectives& c) {

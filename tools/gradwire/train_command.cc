@@ -12,6 +12,7 @@
 #include "gradwire/context.h"
 #include "gradwire/core/error.h"
 #include "gradwire/fashion_mnist.h"
+#include "gradwire/launch/emulated_cluster.h"
 #include "gradwire/launch/launcher.h"
 #include "gradwire/strategy/ps/updater.h"
 #include "gradwire/train/trainer.h"
@@ -57,6 +58,10 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
                                o.overlap ? "on" : "off",
                                "--sparse-aggregation",
                                o.sparse_aggregation,
+                               "--link-bandwidth",
+                               std::to_string(static_cast<uint64_t>(o.link_bits_per_s)) + "bit",
+                               "--link-latency-us",
+                               std::to_string(o.link_latency_s * 1e6),
                                "--epochs",
                                std::to_string(o.epochs),
                                "--batch-size",
@@ -250,6 +255,27 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "split (sparse reduce-scatter + allgather) or dense (docs/SCALING.md)")
       ->check(CLI::IsMember({"auto", "allgather", "split", "dense"}))
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+      "--link-bandwidth",
+      [&o](const std::string& v) {
+        uint64_t bits = 0;
+        try {
+          bits = launch::parse_rate(v);
+        } catch (const ConfigError& e) {
+          throw ConfigError(std::string("--link-bandwidth: ") + e.what());
+        }
+        if (bits == 0) throw ConfigError("--link-bandwidth must be a rate, e.g. 100mbit");
+        o.link_bits_per_s = static_cast<double>(bits);
+      },
+      "Each rank's link, for the cost model of --sparse-aggregation auto and --compressor "
+      "auto: tc's notation, e.g. 100mbit, 10gbit (default 1gbit)");
+  cmd->add_option_function<double>(
+      "--link-latency-us",
+      [&o](double us) {
+        if (!(us >= 0)) throw ConfigError("--link-latency-us must be 0 or more");
+        o.link_latency_s = us * 1e-6;
+      },
+      "One message step's time in the cost model, in microseconds (default 50)");
   cmd->add_option("--epochs", o.epochs)->capture_default_str();
   cmd->add_option("--batch-size", o.batch_size, "Per-worker batch size")->capture_default_str();
   cmd->add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();

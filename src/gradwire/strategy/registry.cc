@@ -26,6 +26,7 @@ std::unique_ptr<Strategy> create_strategy(comm::Collectives& collectives,
     allreduce.first_bucket_bytes = options.first_bucket_bytes;
     allreduce.overlap = options.overlap;
     allreduce.sparse_aggregation = options.sparse_aggregation;
+    allreduce.link = options.link;
     if (AdaptiveOptions::matches(options.codec)) {
       return std::make_unique<AdaptiveStrategy>(collectives, AdaptiveOptions::parse(options.codec),
                                                 allreduce);

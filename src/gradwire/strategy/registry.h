@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "gradwire/comm/collectives.h"
+#include "gradwire/comm/cost_model.h"
 #include "gradwire/strategy/strategy.h"
 
 namespace gradwire::strategy {
@@ -17,6 +18,7 @@ struct StrategyOptions {
   size_t first_bucket_bytes = 1u << 20;
   bool overlap = true;
   std::string sparse_aggregation = "auto";  // AllreduceOptions::sparse_aggregation
+  comm::LinkModel link;                     // AllreduceOptions::link
 };
 
 // Throws ConfigError for an unknown name, listing the available strategies.

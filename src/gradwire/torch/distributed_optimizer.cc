@@ -402,6 +402,11 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
     strategy_options.first_bucket_bytes = options.first_bucket_bytes;
     strategy_options.overlap = options.overlap;
     strategy_options.sparse_aggregation = options.sparse_aggregation;
+    if (!(options.link_bits_per_s > 0) || !(options.link_latency_s >= 0)) {
+      throw ConfigError("the link needs a positive bandwidth and a latency of 0 or more");
+    }
+    strategy_options.link =
+        comm::LinkModel::from_bandwidth(options.link_latency_s, options.link_bits_per_s);
     impl_->strategy = strategy::create_strategy(impl_->context->collectives(), strategy_options);
   }
   {

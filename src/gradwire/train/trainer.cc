@@ -134,6 +134,8 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
   dist_options.bucket_bytes = options.bucket_bytes;
   dist_options.overlap = options.overlap;
   dist_options.sparse_aggregation = options.sparse_aggregation;
+  dist_options.link_bits_per_s = options.link_bits_per_s;
+  dist_options.link_latency_s = options.link_latency_s;
   DistributedOptimizer optimizer(
       context_ptr,
       torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(options.lr)

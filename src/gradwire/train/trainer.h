@@ -30,6 +30,8 @@ struct TrainOptions {
   size_t bucket_bytes = 25u << 20;
   bool overlap = true;  // exchange buckets during backward (DistributedOptions::overlap)
   std::string sparse_aggregation = "auto";  // DistributedOptions::sparse_aggregation
+  double link_bits_per_s = 1e9;             // DistributedOptions::link_bits_per_s
+  double link_latency_s = 50e-6;            // DistributedOptions::link_latency_s
   int epochs = 3;
   int batch_size = 32;  // per worker
   double lr = 0.05;

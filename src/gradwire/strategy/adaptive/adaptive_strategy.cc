@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 
+#include "gradwire/compress/codec.h"
 #include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
@@ -83,10 +84,12 @@ AdaptiveOptions AdaptiveOptions::parse(const std::string& text) {
     o.penalty = reader.get_double_in("penalty", o.penalty, 0, 100);
     o.trial = static_cast<size_t>(reader.get_int_in("trial", 5, 1, 10'000));
     o.reprobe = static_cast<size_t>(reader.get_int_in("reprobe", 2000, 0, 1'000'000'000));
+    o.prune = reader.get_double_in("prune", o.prune, 0, 1e6);
     canonical.params["plans"] = plans;
     canonical.params["penalty"] = format_parameter(o.penalty);
     canonical.params["trial"] = std::to_string(o.trial);
     canonical.params["reprobe"] = std::to_string(o.reprobe);
+    canonical.params["prune"] = format_parameter(o.prune);
   } else if (spec.name == "accordion") {
     o.mode = Mode::kAccordion;
     const std::string critical = reader.get_string("critical", "fp16");
@@ -116,6 +119,17 @@ AdaptiveStrategy::~AdaptiveStrategy() = default;
 void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
                              const FloatSpans& params) {
   if (!plans_.empty()) throw Error("AdaptiveStrategy::start called twice");
+  // int8 sums the ranks' levels in int8: beyond 127 ranks it has none left.
+  const int world = collectives_.size();
+  if (compress::shared_scale_levels(world) == 0) {
+    std::erase_if(options_.plans, [&](const CodecPlan& plan) {
+      if (plan.name != "int8") return false;
+      left_out_ = "int8 left out: it sums the ranks' values in int8, 127 ranks at most, this job has " +
+                  std::to_string(world);
+      return true;
+    });
+    if (options_.plans.empty()) throw ConfigError("codec " + options_.canonical + ": " + left_out_);
+  }
   // One configuration check and one broadcast for all plans: every plan's policy per tensor
   // must match, and every plan starts from rank 0's parameters.
   std::vector<std::string> lines{"codec " + options_.canonical};
@@ -136,11 +150,15 @@ void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
   grad_sq_.assign(tensors.size(), 0);
   grad_seen_.assign(tensors.size(), 0);
   measured_ms_.assign(options_.plans.size(), 0);
-  trial_ms_.assign(options_.plans.size(), 0);
+  ruled_out_.assign(options_.plans.size(), 0);
+  predicted_ms_.assign(options_.plans.size(), 0);
+  for (size_t p = 0; p < plans_.size(); ++p) {
+    predicted_ms_[p] = 1e3 * plans_[p]->predicted_exchange_seconds(base_.link).value_or(0.0);
+  }
   if (options_.mode == AdaptiveOptions::Mode::kAuto) {
     std::vector<size_t> all(options_.plans.size());
     for (size_t p = 0; p < all.size(); ++p) all[p] = p;
-    begin_trial(all, "start of training");
+    begin_trial(all, left_out_.empty() ? "start of training" : "start of training; " + left_out_);
   } else {
     decide(0, "start of training");
   }
@@ -247,13 +265,13 @@ void AdaptiveStrategy::step_auto(double step_ms, bool window_ended, bool lr_rest
   } else if (window_ended) {
     std::vector<size_t> unmeasured;
     for (size_t p = 0; p < all.size(); ++p) {
-      if (allowed(p) && measured_ms_[p] == 0) unmeasured.push_back(p);
+      if (allowed(p) && measured_ms_[p] == 0 && !ruled_out_[p]) unmeasured.push_back(p);
     }
     if (!unmeasured.empty()) {
       begin_trial(unmeasured, critical_ ? "critical regime" : "normal regime");
       return;
     }
-    const size_t best = choose_plan(options_.plans, measured_ms_, critical_, options_.penalty);
+    const size_t best = choose_plan(options_.plans, candidates(), critical_, options_.penalty);
     if (best < options_.plans.size() && best != active_) {
       decide(best, critical_ ? "critical regime" : "normal regime");
     }
@@ -261,20 +279,50 @@ void AdaptiveStrategy::step_auto(double step_ms, bool window_ended, bool lr_rest
 }
 
 void AdaptiveStrategy::begin_trial(std::vector<size_t> queue, std::string why) {
+  // From the least predicted exchange to the most (unknown last), so that a plan the model
+  // rules out is compared with the fastest plans measured.
+  const auto key = [&](size_t p) { return predicted_ms_[p] > 0 ? predicted_ms_[p] : HUGE_VAL; };
+  std::stable_sort(queue.begin(), queue.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  for (size_t p : queue) ruled_out_[p] = 0;
   trial_queue_ = std::move(queue);
   trial_why_ = std::move(why);
-  std::fill(trial_ms_.begin(), trial_ms_.end(), 0.0);
   trial_pos_ = static_cast<size_t>(-1);
   next_trial_plan();
 }
 
+std::vector<double> AdaptiveStrategy::candidates() const {
+  std::vector<double> ms = measured_ms_;
+  for (size_t p = 0; p < ms.size(); ++p) {
+    if (ruled_out_[p]) ms[p] = 0;
+  }
+  return ms;
+}
+
+bool AdaptiveStrategy::rule_out(size_t plan) {
+  if (!(options_.prune > 0) || !(predicted_ms_[plan] > 0)) return false;
+  double fastest = 0;
+  for (size_t p = 0; p < measured_ms_.size(); ++p) {
+    if (measured_ms_[p] > 0 && !ruled_out_[p] && (fastest == 0 || measured_ms_[p] < fastest)) {
+      fastest = measured_ms_[p];
+    }
+  }
+  if (!(fastest > 0) || !(predicted_ms_[plan] > options_.prune * fastest)) return false;
+  ruled_out_[plan] = 1;
+  return true;
+}
+
 void AdaptiveStrategy::next_trial_plan() {
   if (trial_pos_ < trial_queue_.size() && trial_steps_ > options_.trial) {
-    trial_ms_[trial_queue_[trial_pos_]] = median(samples_);
+    // Every rank ran the plan for the same steps; the slowest rank's median is the step
+    // time of the job, agreed now so that rule_out() decides alike on every rank.
+    float agreed = static_cast<float>(median(samples_));
+    collectives_.allreduce_max(&agreed, 1);
+    if (agreed > 0) measured_ms_[trial_queue_[trial_pos_]] = agreed;
   }
   do {
     ++trial_pos_;
-  } while (trial_pos_ < trial_queue_.size() && !allowed(trial_queue_[trial_pos_]));
+  } while (trial_pos_ < trial_queue_.size() &&
+           (!allowed(trial_queue_[trial_pos_]) || rule_out(trial_queue_[trial_pos_])));
   trial_steps_ = 0;
   samples_.clear();
   if (trial_pos_ >= trial_queue_.size()) {
@@ -290,16 +338,9 @@ void AdaptiveStrategy::next_trial_plan() {
 }
 
 void AdaptiveStrategy::finish_trial() {
-  // Every rank ran the same plans for the same steps; the slowest rank's median is the
-  // step time of the job.
-  std::vector<float> agreed(trial_ms_.begin(), trial_ms_.end());
-  collectives_.allreduce_max(agreed.data(), agreed.size());
-  for (size_t p = 0; p < agreed.size(); ++p) {
-    if (agreed[p] > 0) measured_ms_[p] = agreed[p];
-  }
   trial_queue_.clear();
   next_reprobe_ = step_ + options_.reprobe;
-  size_t best = choose_plan(options_.plans, measured_ms_, critical_, options_.penalty);
+  size_t best = choose_plan(options_.plans, candidates(), critical_, options_.penalty);
   if (best >= options_.plans.size()) best = active_;  // nothing measured is allowed: stay
   decide(best, trial_why_);
 }
@@ -310,7 +351,7 @@ void AdaptiveStrategy::finish_trial() {
 // state: the first step after a resume is not timed, as the first step of a job is not.
 namespace {
 
-constexpr uint32_t kAdaptiveStateTag = 0x31504441;  // "ADP1"
+constexpr uint32_t kAdaptiveStateTag = 0x32504441;  // "ADP2"
 
 template <typename T>
 void put_vector(ByteWriter& out, const std::vector<T>& values) {
@@ -345,12 +386,12 @@ void AdaptiveStrategy::save_state(Bytes& out) const {
   writer.put<uint8_t>(lr_changed_);
   detector_.save_state(writer);
   put_vector(writer, measured_ms_);
+  put_vector(writer, ruled_out_);
   std::vector<uint64_t> queue(trial_queue_.begin(), trial_queue_.end());
   put_vector(writer, queue);
   writer.put<uint64_t>(trial_pos_);
   writer.put<uint64_t>(trial_steps_);
   put_vector(writer, samples_);
-  put_vector(writer, trial_ms_);
   writer.put_string(trial_why_);
   writer.put<uint64_t>(next_reprobe_);
   Bytes plan_state;
@@ -381,14 +422,14 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   const bool lr_changed = in.get<uint8_t>("learning rate changed") != 0;
   detector_.load_state(in);
   auto measured = get_vector<double>(in, "measured ms", plans);
+  auto ruled_out = get_vector<uint8_t>(in, "ruled out", plans);
   auto queue = get_vector<uint64_t>(in, "trial queue", plans);
   const auto trial_pos = in.get<uint64_t>("trial position");
   const auto trial_steps = in.get<uint64_t>("trial steps");
   auto samples = get_vector<double>(in, "trial samples", 1u << 20);
-  auto trial_ms = get_vector<double>(in, "trial medians", plans);
   std::string why = in.get_string("trial reason");
   const auto next_reprobe = in.get<uint64_t>("next measurement");
-  if (measured.size() != plans || trial_ms.size() != plans || trial_pos > queue.size()) {
+  if (measured.size() != plans || ruled_out.size() != plans || trial_pos > queue.size()) {
     throw PayloadError("the checkpoint's adaptive measurements do not fit " + options_.canonical);
   }
   for (const uint64_t p : queue) {
@@ -404,11 +445,11 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   window_lr_ = has_lr ? std::optional<double>(lr) : std::nullopt;
   lr_changed_ = lr_changed;
   measured_ms_ = std::move(measured);
+  ruled_out_ = std::move(ruled_out);
   trial_queue_.assign(queue.begin(), queue.end());
   trial_pos_ = static_cast<size_t>(trial_pos);
   trial_steps_ = static_cast<size_t>(trial_steps);
   samples_ = std::move(samples);
-  trial_ms_ = std::move(trial_ms);
   trial_why_ = std::move(why);
   next_reprobe_ = next_reprobe;
   last_end_.reset();
@@ -443,7 +484,21 @@ void AdaptiveStrategy::decide(size_t plan, const std::string& why) {
       json += std::string(first ? "" : ",") + "\"" + options_.plans[p].name + "\":" + ms;
       first = false;
     }
-    json += "}";
+    json += "},\"predicted_exchange_ms\":{";
+    reason += "; exchange ms/step predicted:";
+    std::string ruled;
+    for (size_t p = 0; p < options_.plans.size(); ++p) {
+      const std::string ms = predicted_ms_[p] > 0 ? format_tenths(predicted_ms_[p]) : "null";
+      reason += " " + options_.plans[p].name + " " + (predicted_ms_[p] > 0 ? ms : "-");
+      json += std::string(p ? "," : "") + "\"" + options_.plans[p].name + "\":" + ms;
+      if (ruled_out_[p]) ruled += (ruled.empty() ? "" : " ") + options_.plans[p].name;
+    }
+    json += "},\"ruled_out\":[";
+    for (size_t p = 0, n = 0; p < options_.plans.size(); ++p) {
+      if (ruled_out_[p]) json += std::string(n++ ? "," : "") + "\"" + options_.plans[p].name + "\"";
+    }
+    json += "]";
+    if (!ruled.empty()) reason += "; ruled out by the model: " + ruled;
   }
   json += "}";
   d.reason = std::move(reason);

@@ -1,7 +1,8 @@
 // Adaptive codecs for the allreduce strategy: the codec changes over training, the same on
 // every rank at the same step (ALGORITHMS.md 9).
 //
-//   auto[:plans=none/fp16/int8/powersgd,rank=2,penalty=0.65,trial=5,window=50,eta=0.5,reprobe=2000]
+//   auto[:plans=none/fp16/int8/powersgd,rank=2,penalty=0.65,trial=5,window=50,eta=0.5,
+//         reprobe=2000,prune=2]
 //     Measures, then picks. Each candidate plan (codec_plan.h) runs `trial` steps after one
 //     of warm-up; a step's time is the wall time between two synchronize() returns
 //     (forward, backward, the exchange not hidden by backward, the optimizer step: what
@@ -12,6 +13,13 @@
 //     `reprobe` steps (0: never), after a learning-rate change (by half or more since the
 //     last window end: a step schedule's decay), and when the regime lets in plans it has
 //     not measured.
+//     The cost model (comm/cost_model.h, over the base options' link) predicts each plan's
+//     exchange per step at this world when training starts. A trial measures its plans
+//     from the least predicted exchange to the most, and rules out, without measuring it,
+//     a plan whose predicted exchange alone exceeds `prune` times the fastest step
+//     measured (agreed by all ranks) so far: a step cannot be shorter than its exchange,
+//     so such a plan cannot win. 0: never. A plan that cannot run at this world (int8
+//     beyond 127 ranks) is left out at start.
 //   accordion[:critical=fp16,normal=powersgd,rank=2,window=50,eta=0.5]
 //     Accordion itself: plan `critical` in critical regimes, `normal` elsewhere.
 //
@@ -54,6 +62,7 @@ struct AdaptiveOptions {
   size_t window = 50;     // steps per regime window
   double eta = 0.5;       // relative change of the gradient norm that makes a regime critical
   size_t reprobe = 2000;  // auto: steps between measurements (0: only when a regime asks)
+  double prune = 2;       // auto: rule out plans predicted slower than this x the best step
   std::string canonical;  // every key spelled out, e.g. "auto:eta=0.5,penalty=0.65,..."
 
   // True for specs named auto or accordion.
@@ -95,6 +104,10 @@ class AdaptiveStrategy : public Strategy {
   void begin_trial(std::vector<size_t> queue, std::string why);
   void next_trial_plan();  // the trial's next allowed plan, or finish_trial()
   void finish_trial();
+  // True when the model rules `plan` out (see above); marks it so until the next trial.
+  bool rule_out(size_t plan);
+  // measured_ms_ with the ruled-out plans' entries 0: what choose_plan() picks from.
+  std::vector<double> candidates() const;
   // Makes `plan` active from the next step and records why.
   void decide(size_t plan, const std::string& why);
 
@@ -114,12 +127,14 @@ class AdaptiveStrategy : public Strategy {
   bool lr_changed_ = false;          // seen locally, not yet agreed
 
   // auto
-  std::vector<double> measured_ms_;  // agreed median ms/step per plan; 0: not measured
+  std::vector<double> predicted_ms_;  // per plan: the model's exchange ms/step; 0: unknown
+  std::string left_out_;              // plans that cannot run at this world, and why
+  std::vector<double> measured_ms_;   // agreed median ms/step per plan; 0: not measured
+  std::vector<uint8_t> ruled_out_;    // per plan: ruled out by the model in the last trial
   std::vector<size_t> trial_queue_;  // plans of the trial in progress (empty: none)
   size_t trial_pos_ = 0;
   size_t trial_steps_ = 0;        // steps the current trial plan has run
   std::vector<double> samples_;   // its measured step times, ms
-  std::vector<double> trial_ms_;  // this trial's local medians per plan (0: none)
   std::string trial_why_;
   uint64_t next_reprobe_ = 0;
 

@@ -197,6 +197,33 @@ comm::SparsePath AllreduceStrategy::last_sparse_path(size_t b) const {
   return buckets_[b].last_path;
 }
 
+std::optional<double> AllreduceStrategy::predicted_exchange_seconds(
+    const comm::LinkModel& link) const {
+  if (!started_) throw Error("AllreduceStrategy::predicted_exchange_seconds called before start");
+  const int world = collectives_.size();
+  const auto ring = [&](size_t bytes) {
+    return comm::ring_allreduce_seconds(link, static_cast<double>(bytes), world);
+  };
+  double total = 0;
+  for (const Bucket& bucket : buckets_) {
+    if (bucket.wire) {
+      total += ring(bucket.wire_buffer.size());
+    } else if (bucket.int8) {
+      total += ring(bucket.maxima.size() * sizeof(float)) + ring(bucket.wire_buffer.size());
+    } else if (bucket.sparse && bucket.sparse->totals().known) {
+      const auto load = bucket.sparse->totals().load(bucket.elements, world);
+      const auto path = sparse_path_ ? *sparse_path_ : comm::cheapest_sparse_path(link, load, world);
+      total += comm::sparse_path_seconds(link, path, load, world);
+    } else if (!bucket.message.empty()) {
+      total += comm::allgather_seconds(link, static_cast<double>(bucket.message.size()), world);
+    } else {
+      return std::nullopt;
+    }
+  }
+  if (!low_rank_.empty()) total += ring(p_buffer_.size() * sizeof(float)) + ring(q_buffer_.size() * sizeof(float));
+  return total;
+}
+
 std::vector<std::vector<size_t>> AllreduceStrategy::bucket_layout() const {
   std::vector<std::vector<size_t>> layout;
   for (const Bucket& bucket : buckets_) layout.push_back(bucket.tensors);

@@ -73,6 +73,13 @@ class AllreduceStrategy : public Strategy {
   std::vector<std::vector<size_t>> bucket_layout() const;
   // The path bucket b's last exchange took (allgather for buckets that are not sparse).
   comm::SparsePath last_sparse_path(size_t b) const;
+  // The exchange time of one step that the cost model predicts over `link` at this world:
+  // every bucket's collectives (additive: a ring allreduce of its wire bytes; int8: an
+  // allreduce of the block maxima and one of the levels; sparse: the path "auto" would
+  // take for the last step's totals, or allgather of the last message) and the low-rank
+  // tensors' P and Q allreduces (PowerSGD after its dense start). nullopt while a
+  // message bucket's payload size is unknown (before its first step). Call between steps.
+  std::optional<double> predicted_exchange_seconds(const comm::LinkModel& link) const;
 
  private:
   struct Bucket;
