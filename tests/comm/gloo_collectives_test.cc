@@ -155,6 +155,29 @@ TEST(GlooCollectivesTest, RankThatNeverJoinsIsNamedWithinTheTimeout) {
   std::remove(options.failure_report_file.c_str());
 }
 
+TEST(GlooCollectivesTest, AMasterAddressThatDoesNotResolveIsNamedAtOnce) {
+  // Under Slurm, a node name from `scontrol show hostnames` may not resolve: every rank must
+  // say so (a ConfigError, at once) instead of retrying until the join timeout and then
+  // blaming the port.
+  for (int rank : {0, 1}) {
+    comm::WorldInfo world;
+    world.rank = rank;
+    world.world_size = 2;
+    world.master_addr = "no-such-node.invalid";
+    world.master_port = 29999;
+    comm::ConnectOptions options;
+    options.join_timeout = 30s;
+    try {
+      comm::connect(world, options);
+      FAIL() << "connect to an unresolvable MASTER_ADDR returned";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("MASTER_ADDR 'no-such-node.invalid' does not resolve"),
+                std::string::npos)
+          << e.what();
+    }
+  }
+}
+
 TEST(GlooCollectivesTest, RankThatStopsCallingIsNamedWithinTheTimeout) {
   std::mutex mu;
   std::string message;

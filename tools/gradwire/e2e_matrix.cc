@@ -212,6 +212,8 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
   } else {
     cmd = {self,         "train",           "--worker", "--compressor", run.config.codec,
            "--momentum", number(s.momentum)};
+    // The cost model of auto and of sparse aggregation is told the link, as a user would.
+    if (!run.floor) cmd.insert(cmd.end(), {"--link-bandwidth", run.bandwidth});
   }
   cmd.insert(cmd.end(), common.begin(), common.end());
   return cmd;

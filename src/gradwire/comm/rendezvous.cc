@@ -7,6 +7,7 @@
 
 #include <arpa/inet.h>
 #include <ifaddrs.h>
+#include <netdb.h>
 #include <netinet/in.h>
 
 #include <cerrno>
@@ -95,7 +96,23 @@ WorldInfo WorldInfo::from_environment() {
 // Connects to (rank 0: serves) the TCPStore and waits until every rank joined.
 namespace {
 
+// A MASTER_ADDR that does not resolve fails every rank at once, saying so: c10d's store
+// would retry it until the join timeout and then blame the port (rank 0) or rank 0.
+void check_master_addr_resolves(const WorldInfo& world) {
+  addrinfo hints{};
+  hints.ai_socktype = SOCK_STREAM;
+  addrinfo* found = nullptr;
+  const int rc = ::getaddrinfo(world.master_addr.c_str(), nullptr, &hints, &found);
+  if (found) ::freeaddrinfo(found);
+  if (rc == 0) return;
+  throw ConfigError("MASTER_ADDR '" + world.master_addr + "' does not resolve (" +
+                    ::gai_strerror(rc) +
+                    "): give an address, or a name every host resolves (under Slurm, the "
+                    "first node's NodeAddr: docs/LAUNCH.md)");
+}
+
 c10::intrusive_ptr<c10d::Store> join_store(const WorldInfo& world, const ConnectOptions& options) {
+  check_master_addr_resolves(world);
   c10d::TCPStoreOptions store_options;
   store_options.port = static_cast<uint16_t>(world.master_port);
   store_options.isServer = world.rank == 0;
