@@ -35,8 +35,7 @@ TEST(CostModelTest, SplitTrafficStopsGrowingWithTheWorldAllgatherDoesNot) {
     const auto l = load(n, d, independent_union(n, d, world));
     const double split = sparse_path_seconds(kGigabit, SparsePath::kSplit, l, world);
     // Per rank at most 8k (the pairs) + 4n (a dense reduced range) bytes, and 4(W-1) steps.
-    EXPECT_LE(split, 4 * (world - 1) * 50e-6 + (8 * d * n + 4 * n + 16 * world) * 8e-9)
-        << world;
+    EXPECT_LE(split, 4 * (world - 1) * 50e-6 + (8 * d * n + 4 * n + 16 * world) * 8e-9) << world;
   }
   // 256 ranks: the union covers 92% of the bucket, split sends it as dense ranges and wins.
   const auto l256 = load(n, d, independent_union(n, d, 256));

@@ -98,8 +98,8 @@ TEST(ChoosePlanTest, ScoresPenaliseCompressingPlansAndTiesGoToTheFaithfulPlan) {
   // cnn-wide at 100 Mbit (RESULTS.md): PowerSGD's step is 37% cheaper than int8's, but it
   // needs 1.65x the steps to 88%; the default penalty keeps int8, as time to 88% says.
   const double penalty = AdaptiveOptions{}.penalty;
-  EXPECT_EQ(choose_plan(with_int8, std::vector<double>{1544.6, 999.0, 728.7, 460.3}, false, penalty),
-            2u);
+  EXPECT_EQ(
+      choose_plan(with_int8, std::vector<double>{1544.6, 999.0, 728.7, 460.3}, false, penalty), 2u);
   // Where PowerSGD's step is less than half of int8's, it pays even so.
   EXPECT_EQ(choose_plan(with_int8, std::vector<double>{1544.6, 999.0, 728.7, 400}, false, penalty),
             3u);
@@ -107,9 +107,10 @@ TEST(ChoosePlanTest, ScoresPenaliseCompressingPlansAndTiesGoToTheFaithfulPlan) {
 
 TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
   const auto o = AdaptiveOptions::parse("auto");
-  EXPECT_EQ(o.canonical,
-            "auto:eta=0.5,penalty=0.65,plans=none/fp16/int8/powersgd,prune=2,rank=2,reprobe=2000,trial=5,"
-            "window=50");
+  EXPECT_EQ(
+      o.canonical,
+      "auto:eta=0.5,penalty=0.65,plans=none/fp16/int8/powersgd,prune=2,rank=2,reprobe=2000,trial=5,"
+      "window=50");
   ASSERT_EQ(o.plans.size(), 4u);
   EXPECT_FALSE(o.plans[2].compresses);  // int8
   EXPECT_EQ(o.plans[3].policy, "conv=powersgd:rank=2,fc=powersgd:rank=2,other=fp16");
@@ -124,9 +125,10 @@ TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
   EXPECT_THROW(AdaptiveOptions::parse("auto:bogus=1"), ConfigError);
   EXPECT_THROW(AdaptiveOptions::parse("accordion:trial=3"), ConfigError);  // auto's key
   EXPECT_THROW(AdaptiveOptions::parse("auto:window=0"), ConfigError);
-  EXPECT_EQ(canonical_codec("auto:trial=3"),
-            "auto:eta=0.5,penalty=0.65,plans=none/fp16/int8/powersgd,prune=2,rank=2,reprobe=2000,trial=3,"
-            "window=50");
+  EXPECT_EQ(
+      canonical_codec("auto:trial=3"),
+      "auto:eta=0.5,penalty=0.65,plans=none/fp16/int8/powersgd,prune=2,rank=2,reprobe=2000,trial=3,"
+      "window=50");
 }
 
 // --- the strategy over in-process ranks --------------------------------------------------

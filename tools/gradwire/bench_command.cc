@@ -55,14 +55,16 @@ int run_codec_bench(const BenchArgs& a) {
 }  // namespace
 
 std::filesystem::path bench_file(const std::string& name) {
-  const std::filesystem::path self_dir = std::filesystem::read_symlink("/proc/self/exe").parent_path();
+  const std::filesystem::path self_dir =
+      std::filesystem::read_symlink("/proc/self/exe").parent_path();
   const std::filesystem::path candidates[] = {self_dir / "bench" / name,
                                               self_dir / ".." / "libexec" / "gradwire" / name};
   for (const auto& candidate : candidates) {
     if (std::filesystem::exists(candidate)) return candidate.lexically_normal();
   }
   throw ConfigError(name + " was found neither in " + candidates[0].parent_path().string() +
-                    " (a build tree) nor in " + candidates[1].parent_path().lexically_normal().string() +
+                    " (a build tree) nor in " +
+                    candidates[1].parent_path().lexically_normal().string() +
                     " (an installed gradwire): build gradwire with its benchmarks "
                     "(-DGRADWIRE_BUILD_BENCH=ON)");
 }

@@ -44,7 +44,8 @@ double time_steps(comm::Collectives& c, int steps, Fn&& fn) {
     c.barrier();
     const auto start = std::chrono::steady_clock::now();
     fn();
-    seconds.push_back(std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count());
+    seconds.push_back(
+        std::chrono::duration<float>(std::chrono::steady_clock::now() - start).count());
   }
   return median_of_max(c, std::move(seconds));
 }

@@ -19,7 +19,8 @@ double ring_allreduce_seconds(const LinkModel& link, double bytes, int world) {
 double allgather_seconds(const LinkModel& link, double bytes_per_rank, int world) {
   if (world < 2) return 0;
   const double w = world;
-  return 2 * (w - 1) * link.alpha_s + (w - 1) * (kSizeBytes + bytes_per_rank) * link.beta_s_per_byte;
+  return 2 * (w - 1) * link.alpha_s +
+         (w - 1) * (kSizeBytes + bytes_per_rank) * link.beta_s_per_byte;
 }
 
 double alltoall_seconds(const LinkModel& link, double bytes_per_pair, int world) {

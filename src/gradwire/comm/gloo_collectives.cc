@@ -299,10 +299,10 @@ class GlooCollectives : public Collectives {
   std::chrono::milliseconds timeout_;
   std::string failure_report_file_;
   uint64_t sequence_ = 0;
-  std::vector<int64_t> sizes_;  // allgather_bytes's scratch, kept across calls
-  Bytes padded_;                // allgather_bytes's send buffer
+  std::vector<int64_t> sizes_;                       // allgather_bytes's scratch, kept across calls
+  Bytes padded_;                                     // allgather_bytes's send buffer
   std::vector<int64_t> send_sizes_, receive_sizes_;  // alltoall_bytes's scratch
-  static constexpr int kAlltoallTag = 0x6761;         // alltoall_bytes's point-to-point tag
+  static constexpr int kAlltoallTag = 0x6761;        // alltoall_bytes's point-to-point tag
 };
 
 void GlooWork::wait() {

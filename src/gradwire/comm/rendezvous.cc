@@ -63,11 +63,11 @@ void wait_for_all_ranks(c10d::Store& store, const WorldInfo& world,
       for (int r = 0; r < world.world_size; ++r) {
         if (!store.check({"joined/" + std::to_string(r)})) missing.push_back(r);
       }
-      const std::string message =
-          "rank " + std::to_string(world.rank) + ": " + describe_ranks(missing) +
-          " did not join within " + seconds(timeout) + " s; " + std::to_string(joined) + " of " +
-          std::to_string(world.world_size) + " joined at " + world.master_addr + ":" +
-          std::to_string(world.master_port);
+      const std::string message = "rank " + std::to_string(world.rank) + ": " +
+                                  describe_ranks(missing) + " did not join within " +
+                                  seconds(timeout) + " s; " + std::to_string(joined) + " of " +
+                                  std::to_string(world.world_size) + " joined at " +
+                                  world.master_addr + ":" + std::to_string(world.master_port);
       write_failure_report(failure_report_file, {missing, message});
       throw TimeoutError(message);
     }

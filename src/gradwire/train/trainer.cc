@@ -69,9 +69,8 @@ struct Position {
     if (p.epoch < 1 || p.step > steps_per_epoch ||
         p.global_step != (p.epoch - 1) * steps_per_epoch + p.step) {
       throw PayloadError("the checkpoint was taken at epoch " + std::to_string(p.epoch) +
-                         ", step " + std::to_string(p.step) + " (" +
-                         std::to_string(p.global_step) + " steps done), which does not fit " +
-                         std::to_string(steps_per_epoch) +
+                         ", step " + std::to_string(p.step) + " (" + std::to_string(p.global_step) +
+                         " steps done), which does not fit " + std::to_string(steps_per_epoch) +
                          " steps per epoch: was it saved with other data or batch size?");
     }
     return p;
@@ -157,8 +156,8 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
                                     ? std::max<size_t>(1, steps / 100)
                                     : std::max<size_t>(1, (steps + 3) / 4);
   const std::string initial_checksum = parameter_crc32(*model);
-  const auto exit_at = options.restart_count == 0 ? scheduled_exit(options.test_worker_exit)
-                                                  : std::nullopt;
+  const auto exit_at =
+      options.restart_count == 0 ? scheduled_exit(options.test_worker_exit) : std::nullopt;
 
   // Where the job stands: at the start, or where its checkpoint says a previous attempt was.
   Position from;
@@ -267,8 +266,8 @@ TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> c
       if (!checkpoint.empty() && options.ps.checkpoint_every > 0 &&
           global_step % options.ps.checkpoint_every == 0) {
         clock.pause();
-        Position now{epoch,        step + 1, global_step, evaluated_step, accuracy,
-                     clock.seconds(), epoch_train_start, loss_sum, samples};
+        Position now{epoch,           step + 1,          global_step, evaluated_step, accuracy,
+                     clock.seconds(), epoch_train_start, loss_sum,    samples};
         save_checkpoint(optimizer, checkpoint, now, context.is_root());
         clock.resume();
       }

@@ -124,8 +124,9 @@ void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
   if (compress::shared_scale_levels(world) == 0) {
     std::erase_if(options_.plans, [&](const CodecPlan& plan) {
       if (plan.name != "int8") return false;
-      left_out_ = "int8 left out: it sums the ranks' values in int8, 127 ranks at most, this job has " +
-                  std::to_string(world);
+      left_out_ =
+          "int8 left out: it sums the ranks' values in int8, 127 ranks at most, this job has " +
+          std::to_string(world);
       return true;
     });
     if (options_.plans.empty()) throw ConfigError("codec " + options_.canonical + ": " + left_out_);

@@ -53,7 +53,7 @@ struct AdaptiveOptions {
   Mode mode = Mode::kAuto;
   // auto: the candidates, most faithful first; accordion: {critical plan, normal plan}.
   std::vector<CodecPlan> plans;
-  int rank = 2;           // PowerSGD's rank in the powersgd plan
+  int rank = 2;  // PowerSGD's rank in the powersgd plan
   // auto: score factor of plans that compress. 0.65: rank-2 PowerSGD needed 1.65x int8's
   // steps to 88% on cnn-wide at 100 Mbit (588 against 357) and more than 1.5x on cnn (it
   // never reached 88% in 705 steps, int8 did at about 471): docs/RESULTS.md, issue 10.
@@ -131,10 +131,10 @@ class AdaptiveStrategy : public Strategy {
   std::string left_out_;              // plans that cannot run at this world, and why
   std::vector<double> measured_ms_;   // agreed median ms/step per plan; 0: not measured
   std::vector<uint8_t> ruled_out_;    // per plan: ruled out by the model in the last trial
-  std::vector<size_t> trial_queue_;  // plans of the trial in progress (empty: none)
+  std::vector<size_t> trial_queue_;   // plans of the trial in progress (empty: none)
   size_t trial_pos_ = 0;
-  size_t trial_steps_ = 0;        // steps the current trial plan has run
-  std::vector<double> samples_;   // its measured step times, ms
+  size_t trial_steps_ = 0;       // steps the current trial plan has run
+  std::vector<double> samples_;  // its measured step times, ms
   std::string trial_why_;
   uint64_t next_reprobe_ = 0;
 

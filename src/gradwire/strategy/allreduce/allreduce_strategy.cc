@@ -89,8 +89,7 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
                            ? std::min(options_.first_bucket_bytes, options_.bucket_bytes)
                            : options_.bucket_bytes;
     const bool fits = !buckets_.empty() && buckets_.back().wire == wire &&
-                      buckets_.back().int8 == int8 &&
-                      buckets_.back().sparse_codecs == sparse &&
+                      buckets_.back().int8 == int8 && buckets_.back().sparse_codecs == sparse &&
                       (buckets_.back().elements + n) * sizeof(float) <= cap;
     if (!fits) {
       buckets_.emplace_back();
@@ -212,7 +211,8 @@ std::optional<double> AllreduceStrategy::predicted_exchange_seconds(
       total += ring(bucket.maxima.size() * sizeof(float)) + ring(bucket.wire_buffer.size());
     } else if (bucket.sparse && bucket.sparse->totals().known) {
       const auto load = bucket.sparse->totals().load(bucket.elements, world);
-      const auto path = sparse_path_ ? *sparse_path_ : comm::cheapest_sparse_path(link, load, world);
+      const auto path =
+          sparse_path_ ? *sparse_path_ : comm::cheapest_sparse_path(link, load, world);
       total += comm::sparse_path_seconds(link, path, load, world);
     } else if (!bucket.message.empty()) {
       total += comm::allgather_seconds(link, static_cast<double>(bucket.message.size()), world);
@@ -220,7 +220,8 @@ std::optional<double> AllreduceStrategy::predicted_exchange_seconds(
       return std::nullopt;
     }
   }
-  if (!low_rank_.empty()) total += ring(p_buffer_.size() * sizeof(float)) + ring(q_buffer_.size() * sizeof(float));
+  if (!low_rank_.empty())
+    total += ring(p_buffer_.size() * sizeof(float)) + ring(q_buffer_.size() * sizeof(float));
   return total;
 }
 
@@ -412,10 +413,10 @@ void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& g
     const int world = collectives_.size();
     const SparseStepTotals& totals = bucket.sparse->totals();
     bucket.last_path =
-        sparse_path_           ? *sparse_path_
-        : totals.known ? comm::cheapest_sparse_path(
-                             options_.link, totals.load(bucket.elements, world), world)
-                       : comm::SparsePath::kAllgather;
+        sparse_path_ ? *sparse_path_
+        : totals.known
+            ? comm::cheapest_sparse_path(options_.link, totals.load(bucket.elements, world), world)
+            : comm::SparsePath::kAllgather;
     if (!args.empty()) {
       args.back() = ',';
       args += "\"path\":\"" + std::string(comm::sparse_path_name(bucket.last_path)) + "\"}";
@@ -494,8 +495,9 @@ void AllreduceStrategy::synchronize_sparse(Bucket& bucket, const FloatSpans& gra
     for (size_t j = 0; j < bucket.tensors.size(); ++j) {
       const size_t k = bucket.tensors[j];
       const uint32_t length = reader.get<uint32_t>("payload length");
-      codecs_[k]->decode_add(reader.get_bytes(length, "payload"),
-                             std::span<float>(bucket.mine).subspan(bucket.offsets[j], grads[k].size()));
+      codecs_[k]->decode_add(
+          reader.get_bytes(length, "payload"),
+          std::span<float>(bucket.mine).subspan(bucket.offsets[j], grads[k].size()));
       payload_bytes += length;
     }
   }
