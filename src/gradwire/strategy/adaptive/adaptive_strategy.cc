@@ -476,29 +476,27 @@ void AdaptiveStrategy::decide(size_t plan, const std::string& why) {
     json += ",\"norm_change\":" + (finite ? format_parameter(*change) : std::string("null"));
   }
   if (options_.mode == AdaptiveOptions::Mode::kAuto) {
-    reason += "; ms/step measured:";
-    json += ",\"penalty\":" + format_parameter(options_.penalty) + ",\"step_ms\":{";
-    bool first = true;
+    // Per plan, "; LABEL: none 12.3 fp16 -" in the reason and "KEY":{"none":12.3,...} in json.
+    const auto per_plan = [&](const std::vector<double>& ms, const char* label, const char* key) {
+      reason += std::string("; ") + label + ":";
+      json += std::string(",\"") + key + "\":{";
+      for (size_t p = 0; p < options_.plans.size(); ++p) {
+        const std::string value = ms[p] > 0 ? format_tenths(ms[p]) : "null";
+        reason += " " + options_.plans[p].name + " " + (ms[p] > 0 ? value : "-");
+        json += std::string(p ? "," : "") + "\"" + options_.plans[p].name + "\":" + value;
+      }
+      json += "}";
+    };
+    json += ",\"penalty\":" + format_parameter(options_.penalty);
+    per_plan(measured_ms_, "ms/step measured", "step_ms");
+    per_plan(predicted_ms_, "exchange ms/step predicted", "predicted_exchange_ms");
+    std::string ruled, ruled_json;
     for (size_t p = 0; p < options_.plans.size(); ++p) {
-      const std::string ms = measured_ms_[p] > 0 ? format_tenths(measured_ms_[p]) : "null";
-      reason += " " + options_.plans[p].name + " " + (measured_ms_[p] > 0 ? ms : "-");
-      json += std::string(first ? "" : ",") + "\"" + options_.plans[p].name + "\":" + ms;
-      first = false;
+      if (!ruled_out_[p]) continue;
+      ruled += (ruled.empty() ? "" : " ") + options_.plans[p].name;
+      ruled_json += (ruled_json.empty() ? "\"" : ",\"") + options_.plans[p].name + "\"";
     }
-    json += "},\"predicted_exchange_ms\":{";
-    reason += "; exchange ms/step predicted:";
-    std::string ruled;
-    for (size_t p = 0; p < options_.plans.size(); ++p) {
-      const std::string ms = predicted_ms_[p] > 0 ? format_tenths(predicted_ms_[p]) : "null";
-      reason += " " + options_.plans[p].name + " " + (predicted_ms_[p] > 0 ? ms : "-");
-      json += std::string(p ? "," : "") + "\"" + options_.plans[p].name + "\":" + ms;
-      if (ruled_out_[p]) ruled += (ruled.empty() ? "" : " ") + options_.plans[p].name;
-    }
-    json += "},\"ruled_out\":[";
-    for (size_t p = 0, n = 0; p < options_.plans.size(); ++p) {
-      if (ruled_out_[p]) json += std::string(n++ ? "," : "") + "\"" + options_.plans[p].name + "\"";
-    }
-    json += "]";
+    json += ",\"ruled_out\":[" + ruled_json + "]";
     if (!ruled.empty()) reason += "; ruled out by the model: " + ruled;
   }
   json += "}";

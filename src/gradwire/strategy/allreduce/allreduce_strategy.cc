@@ -191,6 +191,16 @@ void AllreduceStrategy::run_bucket(size_t b) {
   count_dense(bucket.elements * sizeof(float));
 }
 
+comm::SparsePath AllreduceStrategy::next_sparse_path(const Bucket& bucket,
+                                                     const comm::LinkModel& link) const {
+  // Every rank has the same totals, so every rank takes the same path.
+  if (sparse_path_) return *sparse_path_;
+  const SparseStepTotals& totals = bucket.sparse->totals();
+  if (!totals.known) return comm::SparsePath::kAllgather;
+  const int world = collectives_.size();
+  return comm::cheapest_sparse_path(link, totals.load(bucket.elements, world), world);
+}
+
 comm::SparsePath AllreduceStrategy::last_sparse_path(size_t b) const {
   if (b >= buckets_.size()) throw Error("no bucket " + std::to_string(b));
   return buckets_[b].last_path;
@@ -210,10 +220,9 @@ std::optional<double> AllreduceStrategy::predicted_exchange_seconds(
     } else if (bucket.int8) {
       total += ring(bucket.maxima.size() * sizeof(float)) + ring(bucket.wire_buffer.size());
     } else if (bucket.sparse && bucket.sparse->totals().known) {
-      const auto load = bucket.sparse->totals().load(bucket.elements, world);
-      const auto path =
-          sparse_path_ ? *sparse_path_ : comm::cheapest_sparse_path(link, load, world);
-      total += comm::sparse_path_seconds(link, path, load, world);
+      total +=
+          comm::sparse_path_seconds(link, next_sparse_path(bucket, link),
+                                    bucket.sparse->totals().load(bucket.elements, world), world);
     } else if (!bucket.message.empty()) {
       total += comm::allgather_seconds(link, static_cast<double>(bucket.message.size()), world);
     } else {
@@ -409,14 +418,7 @@ void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& g
     }
   }
   if (bucket.sparse) {
-    // Every rank has the same totals, so every rank takes the same path.
-    const int world = collectives_.size();
-    const SparseStepTotals& totals = bucket.sparse->totals();
-    bucket.last_path =
-        sparse_path_ ? *sparse_path_
-        : totals.known
-            ? comm::cheapest_sparse_path(options_.link, totals.load(bucket.elements, world), world)
-            : comm::SparsePath::kAllgather;
+    bucket.last_path = next_sparse_path(bucket, options_.link);
     if (!args.empty()) {
       args.back() = ',';
       args += "\"path\":\"" + std::string(comm::sparse_path_name(bucket.last_path)) + "\"}";

@@ -90,6 +90,9 @@ class AllreduceStrategy : public Strategy {
   void report(size_t k, std::span<float> grad);
   // The executor's work: bucket b's exchange over step_grads_.
   void run_bucket(size_t b);
+  // The path sparse bucket `bucket` takes next: the forced one, else allgather before its
+  // first step, else the cheapest over `link` for its last step's totals.
+  comm::SparsePath next_sparse_path(const Bucket& bucket, const comm::LinkModel& link) const;
   // {"bucket":b,...} for the timeline's spans; empty when the timeline is off.
   std::string timeline_args(const Bucket& bucket) const;
   void synchronize_additive(Bucket& bucket, const FloatSpans& grads);
