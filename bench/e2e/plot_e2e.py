@@ -8,8 +8,8 @@ Reads DIR/results.csv and the metrics files it names; writes into DIR:
                         bar then shows the whole training time)
   overhead.png          training time over the compute floor, minus one, against bandwidth
   results.md            the same as tables, each configuration against DDP fp16
-Configurations run more than once are shown by their mean (times to target over the runs
-that reached it, with the count).
+Configurations run more than once (`--runs`, each run with its own seed) are shown by their
+mean (times to target over the runs that reached it, with the count and each run's time).
 """
 
 import csv
@@ -81,6 +81,9 @@ def aggregate(rows):
             "runs": len(runs),
             "reached": len(reached),
             "time_to_target": mean(reached),
+            # Each run's, in run order (None: not reached): the spread one mean hides.
+            "times_to_target": [number(r["time_to_target_s"]) for r in
+                                sorted(runs, key=lambda r: int(r["run"]))],
             "final_accuracy": mean([number(r["final_accuracy"]) for r in runs]),
             "train_s": mean([number(r["train_s"]) for r in runs]),
             "overhead": mean([number(r["overhead"]) for r in runs]),
@@ -233,7 +236,8 @@ def write_tables(summary, rows, models, bandwidths, configs, path):
                 else:
                     ttt = f"{s['time_to_target']:.1f}"
                     if s["runs"] > 1:
-                        ttt += f" ({s['reached']}/{s['runs']} runs)"
+                        each = " / ".join(fmt(t, ".1f") or "-" for t in s["times_to_target"])
+                        ttt += f" ({s['reached']}/{s['runs']} runs: {each})"
                     ratio = f"{s['time_to_target'] / base_t:.2f}x" if base_t else ""
                 lines.append(
                     f"| {s['system']} | `{key[2]}` | {ttt} | {ratio} | "

@@ -428,7 +428,10 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
   e2e->add_option("--target-accuracy", args->targets,
                   "test accuracy to time: 0.88, 88, or per model cnn=0.88,cnn-wide=0.89")
       ->capture_default_str();
-  e2e->add_option("--runs", s.runs, "runs of each configuration")->capture_default_str();
+  e2e->add_option("--runs", s.runs,
+                  "runs of each configuration, run r with seed SEED + r - 1 (the same seed "
+                  "repeats a trajectory)")
+      ->capture_default_str();
   e2e->add_option("--out", args->out, "output directory")->required();
   e2e->add_option("--batch-size", s.batch_size, "per worker")->capture_default_str();
   e2e->add_option("--lr", s.lr)->capture_default_str();

@@ -176,7 +176,7 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
                                      "--epochs",     std::to_string(s.epochs),
                                      "--batch-size", std::to_string(s.batch_size),
                                      "--lr",         number(s.lr),
-                                     "--seed",       std::to_string(s.seed),
+                                     "--seed",       std::to_string(s.seed + run.repeat - 1),
                                      "--threads",    "1",
                                      "--eval-every", std::to_string(eval_every),
                                      "--metrics",    metrics,

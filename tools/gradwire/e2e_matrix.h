@@ -27,7 +27,7 @@ struct Settings {
   std::vector<std::string> models;
   std::vector<std::string> configs;
   int epochs = 3;
-  int runs = 1;
+  int runs = 1;  // runs of each configuration, each with its own seed (see Run::repeat)
   int batch_size = 64;
   double lr = 0.05;
   double momentum = 0.9;
@@ -66,7 +66,7 @@ struct Run {
   Config config;
   std::string model;
   std::string bandwidth;
-  int repeat = 1;      // 1..runs
+  int repeat = 1;      // 1..runs; run r trains with seed settings.seed + r - 1
   bool floor = false;  // the model's compute floor (none, unshaped)
   std::string id;      // file-name stem: e.g. "cnn-100mbit-gradwire-hylo-r1"
   int hosts = 0;       // emulated hosts (workers, plus one for a parameter server)
