@@ -46,6 +46,25 @@ TEST(CodecPolicyTest, PerKindErrors) {
   EXPECT_THROW(CodecPolicy::parse("hylo:p_min=0.5,p_max=0.1"), ConfigError);
 }
 
+TEST(CodecPolicyTest, PerTensorItemsComeBeforeTheKind) {
+  // auto's fit writes policies like this one: one tensor by name, the rest by kind.
+  const auto policy = CodecPolicy::parse("other=none,@fc1.weight=fp16,conv=fp16");
+  EXPECT_EQ(policy.spec_for(kFc), "fp16:ef=0");
+  EXPECT_EQ(policy.spec_for(kBias), "none:ef=0");
+  EXPECT_EQ(policy.spec_for(kConv), "fp16:ef=0");
+  EXPECT_EQ(policy.canonical(),
+            "conv=fp16:ef=0,fc=none:ef=0,bias=none:ef=0,norm=none:ef=0,other=none:ef=0,"
+            "@fc1.weight=fp16:ef=0");
+  EXPECT_EQ(CodecPolicy::parse(policy.canonical()).canonical(), policy.canonical());
+  const std::vector<TensorInfo> model{kConv, kFc, kBias};
+  EXPECT_NO_THROW(policy.check_tensors(model));
+  // A name the model lacks is an error, not a policy that silently does nothing.
+  const std::vector<TensorInfo> other{kConv, kBias};
+  EXPECT_THROW(policy.check_tensors(other), ConfigError);
+  EXPECT_THROW(CodecPolicy::parse("@fc1.weight=fp16,@fc1.weight=none"), ConfigError);
+  EXPECT_THROW(CodecPolicy::parse("@fc1.weight="), ConfigError);
+}
+
 TEST(CodecPolicyTest, HyloFollowsTheDesign) {
   const auto policy = CodecPolicy::parse("hylo");
   EXPECT_EQ(policy.spec_for(kSmallConv), "none:ef=0");  // under t_size = 8000

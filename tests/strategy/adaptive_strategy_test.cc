@@ -1,4 +1,5 @@
 #include "gradwire/strategy/adaptive/adaptive_strategy.h"
+#include "gradwire/strategy/adaptive/fit_plan.h"
 
 #include <gtest/gtest.h>
 
@@ -107,13 +108,13 @@ TEST(ChoosePlanTest, ScoresPenaliseCompressingPlansAndTiesGoToTheFaithfulPlan) {
 
 TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
   const auto o = AdaptiveOptions::parse("auto");
-  EXPECT_EQ(
-      o.canonical,
-      "auto:eta=0.5,penalty=0.65,plans=none/fp16/int8/powersgd,prune=2,rank=2,reprobe=2000,trial=5,"
-      "window=50");
-  ASSERT_EQ(o.plans.size(), 4u);
-  EXPECT_FALSE(o.plans[2].compresses);  // int8
-  EXPECT_EQ(o.plans[3].policy, "conv=powersgd:rank=2,fc=powersgd:rank=2,other=fp16");
+  EXPECT_EQ(o.canonical,
+            "auto:eta=0.5,penalty=0.65,plans=none/fit/fp16/int8/powersgd,prune=2,rank=2,"
+            "reprobe=2000,trial=5,window=50");
+  ASSERT_EQ(o.plans.size(), 5u);
+  EXPECT_TRUE(o.plans[1].per_bucket);   // fit
+  EXPECT_FALSE(o.plans[3].compresses);  // int8
+  EXPECT_EQ(o.plans[4].policy, "conv=powersgd:rank=2,fc=powersgd:rank=2,other=fp16");
   EXPECT_EQ(AdaptiveOptions::parse(o.canonical).canonical, o.canonical);
   EXPECT_EQ(AdaptiveOptions::parse("auto:eta=0.50").canonical, o.canonical);
   EXPECT_EQ(AdaptiveOptions::parse("accordion:rank=4").canonical,
@@ -125,10 +126,75 @@ TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
   EXPECT_THROW(AdaptiveOptions::parse("auto:bogus=1"), ConfigError);
   EXPECT_THROW(AdaptiveOptions::parse("accordion:trial=3"), ConfigError);  // auto's key
   EXPECT_THROW(AdaptiveOptions::parse("auto:window=0"), ConfigError);
-  EXPECT_EQ(
-      canonical_codec("auto:trial=3"),
-      "auto:eta=0.5,penalty=0.65,plans=none/fp16/int8/powersgd,prune=2,rank=2,reprobe=2000,trial=3,"
-      "window=50");
+  // fit chooses between two or more of none, fp16, bf16 and int8; accordion has none.
+  EXPECT_THROW(AdaptiveOptions::parse("auto:plans=fit/fp16/powersgd"), ConfigError);
+  EXPECT_NO_THROW(AdaptiveOptions::parse("auto:plans=fp16/fit/int8"));
+  EXPECT_THROW(AdaptiveOptions::parse("accordion:critical=fit"), ConfigError);
+  EXPECT_EQ(canonical_codec("auto:trial=3"),
+            "auto:eta=0.5,penalty=0.65,plans=none/fit/fp16/int8/powersgd,prune=2,rank=2,"
+            "reprobe=2000,trial=3,window=50");
+}
+
+// --- fit: a codec per bucket ---------------------------------------------------------------
+
+// Two ranks (a ring moves a bucket's bytes once), no latency unless a test sets it, 4000
+// bytes in 10 ms; a tensor of n elements sends 4n bytes on rung 0 (fp32), 2n on rung 1,
+// n on rung 2; the first bucket holds one 1000-element tensor.
+FitInput fit_input(std::vector<std::pair<size_t, double>> elements_and_ready) {
+  FitInput input;
+  input.collectives = {1, 1, 1};
+  input.link = {0, 0.010 / 4000};
+  input.world = 2;
+  input.first_bucket_bytes = 4000;
+  for (const auto& [n, ready] : elements_and_ready) {
+    const double b = static_cast<double>(n);
+    input.tensors.push_back({n, ready, {4 * b, 2 * b, b}});
+  }
+  return input;
+}
+
+TEST(FitTest, TensorsOnTheSameRungShareABucketUpToTheCaps) {
+  FitInput input = fit_input({{1000, 0}, {1000, 0}, {1000, 0}});
+  input.first_bucket_bytes = 8000;
+  const auto same = fit_buckets(input, std::vector<size_t>{0, 0, 0});
+  ASSERT_EQ(same.size(), 2u);  // two fit the first bucket's 8000 bytes, the third does not
+  EXPECT_EQ(same[0].end, 2u);
+  const auto split = fit_buckets(input, std::vector<size_t>{0, 1, 0});
+  ASSERT_EQ(split.size(), 3u);  // another rung breaks the bucket
+  EXPECT_EQ(split[1].rung, 1u);
+}
+
+TEST(FitTest, TensorsThatBackwardHidesStayOnTheFirstRung) {
+  // 10 ms each, final 50 and 30 ms before backward's end: both done 20 ms before it.
+  const FitInput input = fit_input({{1000, 0.050}, {1000, 0.030}});
+  EXPECT_EQ(fit_rungs(input), (std::vector<size_t>{0, 0}));
+  EXPECT_EQ(fit_exposed_seconds(input, std::vector<size_t>{0, 0}), 0.0);
+}
+
+TEST(FitTest, TheExposedTailGoesDownTheLadderAndTheHiddenTensorStaysExact) {
+  // Tensor 0 is final 30 ms before backward's end, its 10 ms hide; tensor 1 is final at
+  // the end and waits all its 40 ms. Moving tensor 1 cuts most: 40 -> 20 -> 10 ms;
+  // moving tensor 0 never cuts anything.
+  FitInput input = fit_input({{1000, 0.030}, {4000, 0.0}});
+  EXPECT_DOUBLE_EQ(fit_exposed_seconds(input, std::vector<size_t>{0, 0}), 0.040);
+  EXPECT_EQ(fit_rungs(input), (std::vector<size_t>{0, 2}));
+  // Tensor 0 final only 5 ms before the end holds tensor 1 up until 5 ms after it, so it
+  // goes to rung 1 as well (ending at 0), after tensor 1 went to rung 2.
+  input.tensors[0].ready_s = 0.005;
+  EXPECT_DOUBLE_EQ(fit_exposed_seconds(input, std::vector<size_t>{0, 0}), 0.045);
+  EXPECT_EQ(fit_rungs(input), (std::vector<size_t>{1, 2}));
+}
+
+TEST(FitTest, AMoveThatCostsMoreThanItSavesIsNotTaken) {
+  // 1 ms of latency a message step (2 per collective at two ranks); rung 2 runs two
+  // collectives: 4 + 1 ms of latency and bytes, against rung 1's 2 + 2.
+  FitInput input = fit_input({{1000, 0.0}});
+  input.link = {0.001, 1e-6};
+  input.collectives = {1, 1, 2};
+  EXPECT_DOUBLE_EQ(fit_exposed_seconds(input, std::vector<size_t>{0}), 0.006);
+  EXPECT_EQ(fit_rungs(input), (std::vector<size_t>{1}));
+  input.tensors[0].bytes.pop_back();
+  EXPECT_THROW(fit_rungs(input), Error);  // bytes for two rungs of three
 }
 
 // --- the strategy over in-process ranks --------------------------------------------------
@@ -201,13 +267,19 @@ struct RunSettings {
   std::chrono::milliseconds compute{0};
   std::function<float(int step)> norm_scale = [](int) { return 1.0f; };
   std::function<double(int rank, int step)> lr = [](int, int) { return 0.1; };
+  std::vector<TensorInfo> tensors;  // empty: fc_tensors(rows, cols)
+  // Report the gradients through gradient_ready(), last tensor first as backward does,
+  // with `backward` of sleep after each but the last (after `compute`).
+  bool hooks = false;
+  std::chrono::milliseconds backward{0};
 };
 
 // Every rank: `steps` SGD steps on rank-specific Gaussian gradients scaled by
 // norm_scale(step), with `compute` of sleep standing in for forward and backward.
 std::vector<RankRun> run_ranks(int world, const RunSettings& settings,
                                std::vector<std::vector<float>>* first_inputs = nullptr) {
-  const auto tensors = fc_tensors(settings.rows, settings.cols);
+  const auto tensors =
+      settings.tensors.empty() ? fc_tensors(settings.rows, settings.cols) : settings.tensors;
   std::vector<RankRun> runs(world);
   if (first_inputs) first_inputs->assign(world, {});
   comm::run_local_ranks(world, 20s, [&](comm::Collectives& local) {
@@ -241,11 +313,17 @@ std::vector<RankRun> run_ranks(int world, const RunSettings& settings,
         for (float& v : g) v = settings.norm_scale(s) * normal(rng);
       }
       if (s == 0 && first_inputs) (*first_inputs)[rank] = grads[1];
-      std::this_thread::sleep_for(settings.compute);
       run.plan_per_step.push_back(adaptive->active_plan().name);
       strategy->set_learning_rate(settings.lr(rank, s));
+      std::this_thread::sleep_for(settings.compute);
+      if (settings.hooks) {
+        for (size_t k = tensors.size(); k-- > 0;) {
+          strategy->gradient_ready(k, grad_spans[k]);
+          if (k > 0) std::this_thread::sleep_for(settings.backward);
+        }
+      }
       strategy->synchronize(grad_spans);
-      if (s == 0) run.first_aggregate = grads[1];
+      if (s == 0 && grads.size() > 1) run.first_aggregate = grads[1];
       for (size_t t = 0; t < tensors.size(); ++t) {
         for (size_t i = 0; i < params[t].size(); ++i) params[t][i] -= 0.1f * grads[t][i];
       }
@@ -410,6 +488,95 @@ TEST(AutoTest, Int8IsLeftOutBeyond127Ranks) {
   ASSERT_FALSE(runs[0].reasons.empty());
   EXPECT_NE(runs[0].reasons[0].find("int8 left out"), std::string::npos) << runs[0].reasons[0];
   EXPECT_THROW(run_ranks(128, {.codec = "auto:plans=int8", .steps = 1}), ConfigError);
+}
+
+TEST(AutoTest, FitKeepsTheTensorBackwardHidesExactAndCompressesTheExposedOne) {
+  // Two 512 x 384 weights (768 KiB each: one bucket each, the first being at most 1 MiB)
+  // over a simulated 7.8 MB/s link the model knows: each takes about 0.1 s in fp32, 25 ms
+  // in int8. backward reports b.weight 300 ms before a.weight: b's exchange hides under
+  // it, a's is all exposed. fit keeps b in fp32 and sends a in int8, and is measured
+  // after the uniform plans.
+  RunSettings settings;
+  settings.codec = "auto:window=100,trial=2,plans=none/fit/fp16/int8";
+  settings.steps = 13;
+  settings.tensors = {{"a.weight", {512, 384}, LayerKind::kFcWeight},
+                      {"b.weight", {512, 384}, LayerKind::kFcWeight}};
+  settings.bytes_per_s = 7.8e6;
+  settings.link = comm::LinkModel::from_bandwidth(0, 8 * 7.8e6);
+  settings.hooks = true;
+  settings.backward = 300ms;
+  const auto runs = run_ranks(2, settings);
+  for (int r = 0; r < 2; ++r) {
+    // int8, fp16, none (least predicted exchange first), 3 steps each, then fit.
+    EXPECT_EQ(
+        std::vector<std::string>(runs[r].plan_per_step.begin(), runs[r].plan_per_step.begin() + 12),
+        plans_by_step({{0, "int8"}, {3, "fp16"}, {6, "none"}, {9, "fit"}}, 12))
+        << "rank " << r;
+    ASSERT_EQ(runs[r].reasons.size(), 1u) << "rank " << r;
+    EXPECT_NE(runs[r].reasons[0].find("fit: none: b.weight; int8: a.weight"), std::string::npos)
+        << runs[r].reasons[0];
+    EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+  }
+}
+
+TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
+  // Two ranks run the scenario above for 8 steps (int8, none, fit measured, then chosen),
+  // save, and a fresh strategy on each rank loads it: the same plan, fit's policy, and the
+  // same aggregate of the next step's gradients as the strategy that saved.
+  const std::vector<TensorInfo> tensors = {{"a.weight", {512, 384}, LayerKind::kFcWeight},
+                                           {"b.weight", {512, 384}, LayerKind::kFcWeight}};
+  const std::string codec = "auto:window=100,trial=1,plans=none/fit/int8";
+  std::vector<std::string> saved_plan(2), loaded_plan(2), saved_reason(2), loaded_reason(2);
+  std::vector<std::vector<float>> saved_after(2), loaded_after(2);
+  comm::run_local_ranks(2, 20s, [&](comm::Collectives& local) {
+    ThrottledCollectives c(local, 7.8e6);
+    const int rank = c.rank();
+    const comm::LinkModel link = comm::LinkModel::from_bandwidth(0, 8 * 7.8e6);
+    std::vector<std::vector<float>> params(2, std::vector<float>(512 * 384, 0.5f)),
+        grads(2, std::vector<float>(512 * 384));
+    FloatSpans param_spans{params[0], params[1]}, grad_spans{grads[0], grads[1]};
+    std::mt19937 rng(7 + rank);
+    std::normal_distribution<float> normal;
+    const auto step = [&](Strategy& s) {
+      for (auto& g : grads) {
+        for (float& v : g) v = normal(rng);
+      }
+      s.gradient_ready(1, grad_spans[1]);
+      std::this_thread::sleep_for(300ms);
+      s.gradient_ready(0, grad_spans[0]);
+      s.synchronize(grad_spans);
+    };
+    auto first = create_strategy(c, {.name = "allreduce", .codec = codec, .link = link});
+    first->start(tensors, param_spans);
+    for (int i = 0; i < 8; ++i) step(*first);
+    Bytes state;
+    first->save_state(state);
+    auto second = create_strategy(c, {.name = "allreduce", .codec = codec, .link = link});
+    second->start(tensors, param_spans);
+    ByteReader reader(state);
+    second->load_state(reader);
+    auto* a = dynamic_cast<AdaptiveStrategy*>(first.get());
+    auto* b = dynamic_cast<AdaptiveStrategy*>(second.get());
+    saved_plan[rank] = a->active_plan().name + " " + a->active_plan().policy;
+    loaded_plan[rank] = b->active_plan().name + " " + b->active_plan().policy;
+    const auto decisions = second->take_decisions();
+    if (!decisions.empty()) loaded_reason[rank] = decisions.back().reason;
+    // The same gradients through both: the same aggregate.
+    const auto rng_state = rng;
+    const auto normal_state = normal;
+    step(*first);
+    saved_after[rank] = grads[0];
+    rng = rng_state;
+    normal = normal_state;
+    step(*second);
+    loaded_after[rank] = grads[0];
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(loaded_plan[r], saved_plan[r]) << "rank " << r;
+    EXPECT_NE(loaded_reason[r].find("fit: "), std::string::npos) << loaded_reason[r];
+    EXPECT_EQ(loaded_after[r], saved_after[r]) << "rank " << r;
+  }
 }
 
 }  // namespace

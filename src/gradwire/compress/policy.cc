@@ -1,5 +1,6 @@
 #include "gradwire/compress/policy.h"
 
+#include <algorithm>
 #include <regex>
 
 #include "gradwire/compress/codecs.h"
@@ -14,13 +15,14 @@ constexpr LayerKind kKinds[] = {LayerKind::kConvWeight, LayerKind::kFcWeight, La
                                 LayerKind::kNorm, LayerKind::kOther};
 
 bool is_per_kind(const std::string& text) {
-  static const std::regex pattern("^\\s*(conv|fc|bias|norm|other)\\s*=");
+  static const std::regex pattern("^\\s*(conv|fc|bias|norm|other|@[^=,\\s]+)\\s*=");
   return std::regex_search(text, pattern);
 }
 
-// Splits "conv=a:x=1,y=2,fc=b" at the commas that start a new KIND= item.
+// Splits "conv=a:x=1,y=2,fc=b,@fc1.weight=c" at the commas that start a new KIND= or
+// @NAME= item.
 std::map<std::string, std::string> split_per_kind(const std::string& text) {
-  static const std::regex item_start(",\\s*(conv|fc|bias|norm|other)\\s*=");
+  static const std::regex item_start(",\\s*(conv|fc|bias|norm|other|@[^=,\\s]+)\\s*=");
   std::vector<size_t> cuts{0};
   for (auto it = std::sregex_iterator(text.begin(), text.end(), item_start);
        it != std::sregex_iterator(); ++it) {
@@ -59,6 +61,14 @@ CodecPolicy CodecPolicy::parse(const std::string& text) {
   if (is_per_kind(text)) {
     policy.mode_ = Mode::kPerKind;
     auto items = split_per_kind(text);
+    for (auto it = items.begin(); it != items.end();) {
+      if (it->first.front() != '@') {
+        ++it;
+        continue;
+      }
+      policy.by_name_[it->first.substr(1)] = canonical_spec(it->second);
+      it = items.erase(it);
+    }
     const std::string other = items.count("other") ? items.at("other") : "none";
     for (LayerKind kind : kKinds) {
       auto it = items.find(layer_kind_key(kind));
@@ -93,8 +103,10 @@ std::string CodecPolicy::spec_for(const TensorInfo& tensor) const {
   switch (mode_) {
     case Mode::kUniform:
       return uniform_;
-    case Mode::kPerKind:
-      return by_kind_.at(tensor.kind);
+    case Mode::kPerKind: {
+      const auto named = by_name_.find(tensor.name);
+      return named != by_name_.end() ? named->second : by_kind_.at(tensor.kind);
+    }
     case Mode::kHylo:
       break;
   }
@@ -117,6 +129,17 @@ std::unique_ptr<Codec> CodecPolicy::create(const TensorInfo& tensor) const {
   return create_codec(spec_for(tensor), tensor);
 }
 
+void CodecPolicy::check_tensors(std::span<const TensorInfo> tensors) const {
+  for (const auto& [name, spec] : by_name_) {
+    const bool found = std::any_of(tensors.begin(), tensors.end(),
+                                   [&](const TensorInfo& t) { return t.name == name; });
+    if (!found) {
+      throw ConfigError("layer policy '" + canonical() + "' names the tensor '" + name +
+                        "', which the model does not have");
+    }
+  }
+}
+
 std::string CodecPolicy::canonical() const {
   switch (mode_) {
     case Mode::kUniform:
@@ -127,6 +150,7 @@ std::string CodecPolicy::canonical() const {
         out +=
             (out.empty() ? "" : ",") + std::string(layer_kind_key(kind)) + "=" + by_kind_.at(kind);
       }
+      for (const auto& [name, spec] : by_name_) out += ",@" + name + "=" + spec;
       return out;
     }
     case Mode::kHylo:
@@ -147,6 +171,7 @@ CodecPolicy CodecPolicy::with_momentum(double momentum) const {
       break;
     case Mode::kPerKind:
       for (auto& [kind, spec] : out.by_kind_) spec = with_ef_momentum(spec, momentum);
+      for (auto& [name, spec] : out.by_name_) spec = with_ef_momentum(spec, momentum);
       break;
     case Mode::kHylo:
       out.momentum_ = momentum;

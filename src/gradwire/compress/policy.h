@@ -4,6 +4,8 @@
 //   KIND=SPEC[,KIND=SPEC...]            per layer kind; KIND is conv, fc, bias, norm or
 //                                       other; kinds not named use `other` (default none)
 //                                       ("conv=laplace-topk:density=0.01,fc=2bit,other=none")
+//   @NAME=SPEC among the items          per tensor, by its name, before its kind
+//                                       ("@fc1.weight=int8,other=none": auto's `fit`)
 //   hylo[:t_size=..,p_max=..,p_min=..,gamma=..,alpha=..]
 //                                       Hylo (ALGORITHMS.md 4): tensors under t_size
 //                                       elements, biases and norms go as f32 (none);
@@ -17,6 +19,7 @@
 
 #include <map>
 #include <memory>
+#include <span>
 #include <string>
 
 #include "gradwire/compress/codec.h"
@@ -32,6 +35,9 @@ class CodecPolicy {
   std::string spec_for(const TensorInfo& tensor) const;
   std::unique_ptr<Codec> create(const TensorInfo& tensor) const;
 
+  // Throws ConfigError when the policy names a tensor (@NAME) that `tensors` lacks.
+  void check_tensors(std::span<const TensorInfo> tensors) const;
+
   // The policy itself, canonical ("hylo:alpha=1,...", "conv=...,fc=...", or one spec).
   std::string canonical() const;
 
@@ -42,8 +48,9 @@ class CodecPolicy {
  private:
   enum class Mode { kUniform, kPerKind, kHylo };
   Mode mode_ = Mode::kUniform;
-  std::string uniform_;                       // kUniform
-  std::map<LayerKind, std::string> by_kind_;  // kPerKind: canonical spec per kind
+  std::string uniform_;                         // kUniform
+  std::map<LayerKind, std::string> by_kind_;    // kPerKind: canonical spec per kind
+  std::map<std::string, std::string> by_name_;  // kPerKind: per tensor name, before its kind
   // kHylo
   double t_size_ = 8000, p_max_ = 0.3, p_min_ = 0.02, gamma_ = 0.5, alpha_ = 1.0;
   double momentum_ = 0;  // kHylo with momentum correction

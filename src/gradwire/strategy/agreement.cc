@@ -35,6 +35,7 @@ std::vector<std::string> unpack(std::span<const uint8_t> bytes) {
 std::vector<std::string> configuration_lines(const std::string& strategy,
                                              const compress::CodecPolicy& policy,
                                              std::span<const compress::TensorInfo> tensors) {
+  policy.check_tensors(tensors);
   std::vector<std::string> lines{"strategy " + strategy, "codec " + policy.canonical(),
                                  "tensors " + std::to_string(tensors.size())};
   for (const auto& t : tensors) {

@@ -14,7 +14,8 @@
 namespace gradwire::strategy {
 
 // One line per fact that must match across ranks: "strategy allreduce", "codec <policy>",
-// then "tensor <name> <shape> <codec spec>" for each tensor.
+// then "tensor <name> <shape> <codec spec>" for each tensor. ConfigError when the policy
+// names a tensor (@NAME) that `tensors` lacks.
 std::vector<std::string> configuration_lines(const std::string& strategy,
                                              const compress::CodecPolicy& policy,
                                              std::span<const compress::TensorInfo> tensors);

@@ -9,6 +9,7 @@
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
 #include "gradwire/core/timeline.h"
+#include "gradwire/strategy/adaptive/fit_plan.h"
 #include "gradwire/strategy/agreement.h"
 
 namespace gradwire::strategy {
@@ -74,12 +75,22 @@ AdaptiveOptions AdaptiveOptions::parse(const std::string& text) {
   canonical.params["eta"] = format_parameter(o.eta);
   if (spec.name == "auto") {
     o.mode = Mode::kAuto;
-    const std::string plans = reader.get_string("plans", "none/fp16/int8/powersgd");
+    const std::string plans = reader.get_string("plans", "none/fit/fp16/int8/powersgd");
     for (const auto& name : split_plans(plans)) {
       for (const auto& plan : o.plans) {
         if (plan.name == name) throw ConfigError("codec auto: plan '" + name + "' listed twice");
       }
       o.plans.push_back(make_codec_plan(name, o.rank));
+    }
+    const auto rungs = std::count_if(o.plans.begin(), o.plans.end(),
+                                     [](const CodecPlan& p) { return p.uniform_exact(); });
+    const bool fit = std::any_of(o.plans.begin(), o.plans.end(),
+                                 [](const CodecPlan& p) { return p.per_bucket; });
+    if (fit && rungs < 2) {
+      throw ConfigError(
+          "codec auto: plan fit chooses per bucket between the plans none, fp16, "
+          "bf16 and int8 listed with it; plans '" +
+          plans + "' list fewer than two");
     }
     o.penalty = reader.get_double_in("penalty", o.penalty, 0, 100);
     o.trial = static_cast<size_t>(reader.get_int_in("trial", 5, 1, 10'000));
@@ -95,6 +106,9 @@ AdaptiveOptions AdaptiveOptions::parse(const std::string& text) {
     const std::string critical = reader.get_string("critical", "fp16");
     const std::string normal = reader.get_string("normal", "powersgd");
     o.plans = {make_codec_plan(critical, o.rank), make_codec_plan(normal, o.rank)};
+    if (o.plans[0].per_bucket || o.plans[1].per_bucket) {
+      throw ConfigError("codec accordion: plan fit is auto's (it is built from auto's trials)");
+    }
     canonical.params["critical"] = critical;
     canonical.params["normal"] = normal;
   } else {
@@ -135,25 +149,37 @@ void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
   // must match, and every plan starts from rank 0's parameters.
   std::vector<std::string> lines{"codec " + options_.canonical};
   for (const auto& plan : options_.plans) {
+    if (plan.per_bucket) continue;  // fit: built later from agreed measurements
     const auto plan_lines =
         configuration_lines(name(), compress::CodecPolicy::parse(plan.policy), tensors);
     for (const auto& line : plan_lines) lines.push_back("plan " + plan.name + ": " + line);
   }
   check_same_configuration(collectives_, lines);
   broadcast_from_rank0(collectives_, params);
-  for (const auto& plan : options_.plans) {
+  tensors_.assign(tensors.begin(), tensors.end());
+  params_ = params;
+  for (size_t p = 0; p < options_.plans.size(); ++p) {
+    const CodecPlan& plan = options_.plans[p];
+    if (plan.per_bucket) {
+      fit_ = p;
+      plans_.push_back(nullptr);
+      continue;
+    }
     AllreduceOptions o = base_;
     o.codec = plan.policy;
     o.agree_at_start = false;
     plans_.push_back(std::make_unique<AllreduceStrategy>(collectives_, o));
     plans_.back()->start(tensors, params);
   }
+  ready_at_.assign(tensors.size(), Clock::time_point{});
+  ready_samples_.assign(tensors.size(), {});
   grad_sq_.assign(tensors.size(), 0);
   grad_seen_.assign(tensors.size(), 0);
   measured_ms_.assign(options_.plans.size(), 0);
   ruled_out_.assign(options_.plans.size(), 0);
   predicted_ms_.assign(options_.plans.size(), 0);
   for (size_t p = 0; p < plans_.size(); ++p) {
+    if (!plans_[p]) continue;
     predicted_ms_[p] = 1e3 * plans_[p]->predicted_exchange_seconds(base_.link).value_or(0.0);
   }
   if (options_.mode == AdaptiveOptions::Mode::kAuto) {
@@ -170,6 +196,7 @@ void AdaptiveStrategy::gradient_ready(size_t index, std::span<float> grad) {
   // Before the plan may exchange it in place (each index is reported once per step).
   grad_sq_[index] = squared_norm(grad);
   grad_seen_[index] = 1;
+  ready_at_[index] = Clock::now();
   plans_[active_]->gradient_ready(index, grad);
 }
 
@@ -184,6 +211,7 @@ void AdaptiveStrategy::set_learning_rate(double lr) {
 TrafficStats AdaptiveStrategy::traffic() const {
   TrafficStats total;
   for (const auto& plan : plans_) {
+    if (!plan) continue;
     const TrafficStats t = plan->traffic();
     total.steps += t.steps;
     total.bytes_contributed += t.bytes_contributed;
@@ -202,6 +230,18 @@ std::vector<CodecDecision> AdaptiveStrategy::take_decisions() {
 
 void AdaptiveStrategy::synchronize(const FloatSpans& grads) {
   if (plans_.empty()) throw Error("AdaptiveStrategy::synchronize called before start");
+  // fit's input: during a trial (not a plan's warm-up step), when every gradient came
+  // through a hook, how long before the last one each was final.
+  const bool all_seen =
+      std::all_of(grad_seen_.begin(), grad_seen_.end(), [](uint8_t v) { return v; });
+  if (fit_state_ == FitState::kPending && !trial_queue_.empty() && trial_steps_ > 0 && all_seen &&
+      !ready_at_.empty()) {
+    const auto last = *std::max_element(ready_at_.begin(), ready_at_.end());
+    for (size_t k = 0; k < ready_at_.size(); ++k) {
+      ready_samples_[k].push_back(
+          std::chrono::duration<double, std::milli>(last - ready_at_[k]).count());
+    }
+  }
   if (grads.size() == grad_sq_.size()) {
     for (size_t k = 0; k < grads.size(); ++k) {
       if (!grad_seen_[k]) grad_sq_[k] = squared_norm(grads[k]);
@@ -326,7 +366,8 @@ void AdaptiveStrategy::next_trial_plan() {
            (!allowed(trial_queue_[trial_pos_]) || rule_out(trial_queue_[trial_pos_])));
   trial_steps_ = 0;
   samples_.clear();
-  if (trial_pos_ >= trial_queue_.size()) {
+  // build_fit() puts fit at trial_pos_ when it mixes codecs.
+  if (trial_pos_ >= trial_queue_.size() && !(build_fit() && !rule_out(fit_))) {
     finish_trial();
     return;
   }
@@ -338,8 +379,147 @@ void AdaptiveStrategy::next_trial_plan() {
   }
 }
 
+namespace {
+
+// Tensor names go into a layer policy as "@NAME=SPEC" items, and into decisions' JSON.
+bool nameable(const std::string& name) {
+  return !name.empty() && name.find_first_of(",= \t\"\\") == std::string::npos;
+}
+
+}  // namespace
+
+bool AdaptiveStrategy::build_fit() {
+  if (fit_ == kNoPlan || fit_state_ != FitState::kPending) return false;
+  // Every rank gets here at the same step. The times before backward's end agreed: the
+  // shortest of any rank's (its median over the trial), the least that overlaps.
+  std::vector<float> before_end(tensors_.size());
+  for (size_t k = 0; k < tensors_.size(); ++k) {
+    before_end[k] = -static_cast<float>(median(ready_samples_[k]));
+  }
+  if (!before_end.empty()) collectives_.allreduce_max(before_end.data(), before_end.size());
+  ready_samples_.clear();
+  ready_samples_.shrink_to_fit();
+
+  std::vector<size_t> rung_plans;  // the uniform plans, most faithful first
+  for (size_t p = 0; p < options_.plans.size(); ++p) {
+    if (options_.plans[p].uniform_exact()) rung_plans.push_back(p);
+  }
+  FitInput input;
+  input.link = base_.link;
+  input.world = collectives_.size();
+  input.first_bucket_bytes = base_.first_bucket_bytes;
+  input.bucket_bytes = base_.bucket_bytes;
+  for (size_t p : rung_plans) {
+    const bool int8 = options_.plans[p].name == "int8";
+    input.collectives.push_back(int8 ? 2 : 1);
+  }
+  // Reverse registration: the order AllreduceStrategy fills its buckets in.
+  std::vector<size_t> order;
+  for (size_t k = tensors_.size(); k-- > 0;) order.push_back(k);
+  if (order.empty()) {
+    fit_state_ = FitState::kUniform;
+    fit_summary_ = "not built: the model has no tensors";
+    return false;
+  }
+  for (size_t k : order) {
+    FitTensor t;
+    t.elements = tensors_[k].numel();
+    t.ready_s = std::max(0.0, -1e-3 * static_cast<double>(before_end[k]));
+    for (size_t p : rung_plans) {
+      auto codec = compress::CodecPolicy::parse(options_.plans[p].policy).create(tensors_[k]);
+      if (const auto wire = codec->additive_wire()) {
+        t.bytes.push_back(static_cast<double>(t.elements * compress::wire_type_size(*wire)));
+      } else if (auto* shared = codec->shared_scale()) {
+        t.bytes.push_back(static_cast<double>(t.elements + shared->blocks() * sizeof(float)));
+      } else {
+        throw Error("plan " + options_.plans[p].name + " is neither additive nor int8");
+      }
+    }
+    input.tensors.push_back(std::move(t));
+  }
+  const std::vector<size_t> rungs = fit_rungs(input);
+
+  // Per rung, the tensors it got: "none: 6 tensors; int8: fc1.weight".
+  std::vector<std::vector<std::string>> names(rung_plans.size());
+  std::string policy = "other=" + options_.plans[rung_plans.front()].policy;
+  bool mixed = false, all_nameable = true;
+  for (size_t i = 0; i < order.size(); ++i) {
+    const compress::TensorInfo& tensor = tensors_[order[i]];
+    mixed = mixed || rungs[i] != rungs.front();
+    names[rungs[i]].push_back(tensor.name);
+    all_nameable = all_nameable && nameable(tensor.name);
+    if (rungs[i] != 0)
+      policy += ",@" + tensor.name + "=" + options_.plans[rung_plans[rungs[i]]].policy;
+  }
+  fit_summary_.clear();
+  for (size_t r = 0; r < names.size(); ++r) {
+    if (names[r].empty()) continue;
+    std::string list;
+    if (names[r].size() <= 3 && all_nameable) {
+      for (const auto& n : names[r]) list += (list.empty() ? "" : " ") + n;
+    } else {
+      list = std::to_string(names[r].size()) + " tensors";
+    }
+    fit_summary_ +=
+        (fit_summary_.empty() ? "" : "; ") + options_.plans[rung_plans[r]].name + ": " + list;
+  }
+  // Against the uniform plan of least exposed exchange, by the same model.
+  const double exposed_ms = 1e3 * fit_exposed_seconds(input, rungs);
+  double uniform_ms = HUGE_VAL;
+  size_t uniform = 0;
+  for (size_t r = 0; r < rung_plans.size(); ++r) {
+    const double ms = 1e3 * fit_exposed_seconds(input, std::vector<size_t>(order.size(), r));
+    if (ms < uniform_ms) {
+      uniform_ms = ms;
+      uniform = r;
+    }
+  }
+  fit_summary_ += "; exposed exchange predicted " + format_tenths(exposed_ms) + " ms against " +
+                  options_.plans[rung_plans[uniform]].name + "'s " + format_tenths(uniform_ms);
+  double fastest = 0;  // ms, agreed
+  for (size_t p = 0; p < measured_ms_.size(); ++p) {
+    if (measured_ms_[p] > 0 && (fastest == 0 || measured_ms_[p] < fastest))
+      fastest = measured_ms_[p];
+  }
+  std::string why_not;
+  if (!mixed) {
+    why_not = "not measured: every tensor on " + options_.plans[rung_plans[rungs.front()]].name;
+  } else if (!all_nameable) {
+    why_not = "not built: a tensor name cannot go into a policy";
+  } else if (exposed_ms > uniform_ms + kPlanTie * fastest) {
+    // Predicted slower than a uniform plan by more than the margin of a tie (at a tie it
+    // is measured: it keeps more tensors exact).
+    why_not = "not measured: predicted slower than " + options_.plans[rung_plans[uniform]].name;
+  }
+  if (!why_not.empty()) {
+    fit_state_ = FitState::kUniform;
+    fit_summary_ = why_not + "; " + fit_summary_;
+    return false;
+  }
+  start_fit_plan(policy);
+  // Measured last in this trial (its first place in the queue was skipped: not built).
+  std::erase(trial_queue_, fit_);
+  trial_queue_.push_back(fit_);
+  trial_pos_ = trial_queue_.size() - 1;
+  return true;
+}
+
+void AdaptiveStrategy::start_fit_plan(const std::string& policy) {
+  AllreduceOptions o = base_;
+  o.codec = policy;
+  o.agree_at_start = false;
+  auto plan = std::make_unique<AllreduceStrategy>(collectives_, o);
+  plan->start(tensors_, params_);
+  predicted_ms_[fit_] = 1e3 * plan->predicted_exchange_seconds(base_.link).value_or(0.0);
+  plans_[fit_] = std::move(plan);
+  options_.plans[fit_].policy = policy;
+  fit_policy_ = policy;
+  fit_state_ = FitState::kBuilt;
+}
+
 void AdaptiveStrategy::finish_trial() {
   trial_queue_.clear();
+  trial_pos_ = 0;
   next_reprobe_ = step_ + options_.reprobe;
   size_t best = choose_plan(options_.plans, candidates(), critical_, options_.penalty);
   if (best >= options_.plans.size()) best = active_;  // nothing measured is allowed: stay
@@ -347,12 +527,13 @@ void AdaptiveStrategy::finish_trial() {
 }
 
 // State: tag, plan count, the step, the agreed regime and the learning rate it is measured
-// against, the detector, auto's measurements and the trial in progress, then one section
-// per plan with its AllreduceStrategy's state. The time of the last step's end is not
+// against, the detector, auto's measurements and the trial in progress, fit's state, policy
+// and summary, then one section per plan with its AllreduceStrategy's state (empty for a
+// fit not built). The time of the last step's end is not
 // state: the first step after a resume is not timed, as the first step of a job is not.
 namespace {
 
-constexpr uint32_t kAdaptiveStateTag = 0x32504441;  // "ADP2"
+constexpr uint32_t kAdaptiveStateTag = 0x33504441;  // "ADP3"
 
 template <typename T>
 void put_vector(ByteWriter& out, const std::vector<T>& values) {
@@ -395,10 +576,13 @@ void AdaptiveStrategy::save_state(Bytes& out) const {
   put_vector(writer, samples_);
   writer.put_string(trial_why_);
   writer.put<uint64_t>(next_reprobe_);
+  writer.put<uint8_t>(static_cast<uint8_t>(fit_state_));
+  writer.put_string(fit_policy_);
+  writer.put_string(fit_summary_);
   Bytes plan_state;
   for (const auto& plan : plans_) {
     plan_state.clear();
-    plan->save_state(plan_state);
+    if (plan) plan->save_state(plan_state);
     put_section(out, plan_state);
   }
 }
@@ -430,17 +614,57 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   auto samples = get_vector<double>(in, "trial samples", 1u << 20);
   std::string why = in.get_string("trial reason");
   const auto next_reprobe = in.get<uint64_t>("next measurement");
+  const auto fit_state = in.get<uint8_t>("fit state");
+  std::string fit_policy = in.get_string("fit policy");
+  std::string fit_summary = in.get_string("fit summary");
+  if (fit_state > static_cast<uint8_t>(FitState::kUniform) ||
+      (fit_state != static_cast<uint8_t>(FitState::kPending) && fit_ == kNoPlan) ||
+      (fit_state == static_cast<uint8_t>(FitState::kBuilt)) == fit_policy.empty()) {
+    throw PayloadError("the checkpoint's plan fit does not fit " + options_.canonical);
+  }
+  if (active == fit_ && fit_state != static_cast<uint8_t>(FitState::kBuilt)) {
+    throw PayloadError("the checkpoint's active plan is fit, which it never built");
+  }
+  if (fit_state_ != FitState::kPending) {
+    throw Error("AdaptiveStrategy::load_state after plan fit was built");
+  }
+  if (fit_state == static_cast<uint8_t>(FitState::kBuilt)) {
+    try {
+      compress::CodecPolicy::parse(fit_policy).check_tensors(tensors_);
+    } catch (const ConfigError& e) {
+      throw PayloadError(std::string("the checkpoint's plan fit: ") + e.what());
+    }
+  }
   if (measured.size() != plans || ruled_out.size() != plans || trial_pos > queue.size()) {
     throw PayloadError("the checkpoint's adaptive measurements do not fit " + options_.canonical);
   }
   for (const uint64_t p : queue) {
     if (p >= plans) throw PayloadError("the checkpoint's trial names a plan out of range");
   }
-  for (auto& plan : plans_) {
+  // The fit plan is started before the sections are read (its state is in them) but kept
+  // only if every section loads.
+  std::unique_ptr<AllreduceStrategy> fit_plan;
+  if (fit_state == static_cast<uint8_t>(FitState::kBuilt)) {
+    AllreduceOptions o = base_;
+    o.codec = fit_policy;
+    o.agree_at_start = false;
+    fit_plan = std::make_unique<AllreduceStrategy>(collectives_, o);
+    fit_plan->start(tensors_, params_);
+  }
+  for (size_t p = 0; p < plans_.size(); ++p) {
     ByteReader section = get_section(in, "plan state");
-    plan->load_state(section);
+    AllreduceStrategy* plan = p == fit_ ? fit_plan.get() : plans_[p].get();
+    if (plan) plan->load_state(section);
     section.expect_end("plan state");
   }
+  if (fit_plan) {
+    predicted_ms_[fit_] = 1e3 * fit_plan->predicted_exchange_seconds(base_.link).value_or(0.0);
+    plans_[fit_] = std::move(fit_plan);
+    options_.plans[fit_].policy = fit_policy;
+  }
+  fit_state_ = static_cast<FitState>(fit_state);
+  fit_policy_ = std::move(fit_policy);
+  fit_summary_ = std::move(fit_summary);
   step_ = step;
   critical_ = critical;
   window_lr_ = has_lr ? std::optional<double>(lr) : std::nullopt;
@@ -498,6 +722,10 @@ void AdaptiveStrategy::decide(size_t plan, const std::string& why) {
     }
     json += ",\"ruled_out\":[" + ruled_json + "]";
     if (!ruled.empty()) reason += "; ruled out by the model: " + ruled;
+    if (fit_ != kNoPlan && fit_state_ != FitState::kPending) {
+      reason += "; fit: " + fit_summary_;
+      json += ",\"fit\":\"" + fit_summary_ + "\"";
+    }
   }
   json += "}";
   d.reason = std::move(reason);

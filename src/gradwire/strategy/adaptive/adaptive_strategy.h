@@ -1,7 +1,7 @@
 // Adaptive codecs for the allreduce strategy: the codec changes over training, the same on
 // every rank at the same step (ALGORITHMS.md 9).
 //
-//   auto[:plans=none/fp16/int8/powersgd,rank=2,penalty=0.65,trial=5,window=50,eta=0.5,
+//   auto[:plans=none/fit/fp16/int8/powersgd,rank=2,penalty=0.65,trial=5,window=50,eta=0.5,
 //         reprobe=2000,prune=2]
 //     Measures, then picks. Each candidate plan (codec_plan.h) runs `trial` steps after one
 //     of warm-up; a step's time is the wall time between two synchronize() returns
@@ -20,6 +20,13 @@
 //     measured (agreed by all ranks) so far: a step cannot be shorter than its exchange,
 //     so such a plan cannot win. 0: never. A plan that cannot run at this world (int8
 //     beyond 127 ranks) is left out at start.
+//     Plan `fit` is a choice per bucket among the uniform plans (fit_plan.h). During the
+//     first trial every rank records, per tensor, how long before backward's end its
+//     gradient was final (the gradient hooks); when that trial's plans are measured, the
+//     ranks agree on the shortest of those times (an allreduce) and fit_rungs() picks each
+//     bucket's codec. A fit that mixes codecs is started and measured at the end of the
+//     same trial; one that picks the same codec for every bucket is that uniform plan and
+//     is not measured. It is built once.
 //   accordion[:critical=fp16,normal=powersgd,rank=2,window=50,eta=0.5]
 //     Accordion itself: plan `critical` in critical regimes, `normal` elsewhere.
 //
@@ -94,7 +101,9 @@ class AdaptiveStrategy : public Strategy {
 
  private:
   using Clock = std::chrono::steady_clock;
-  bool allowed(size_t plan) const { return !(critical_ && options_.plans[plan].compresses); }
+  bool allowed(size_t plan) const {
+    return !(critical_ && options_.plans[plan].compresses) && plans_[plan] != nullptr;
+  }
   // Updates the regime from this step's local gradient norm; true when it was re-agreed
   // (a window ended). Sets `lr_restart` when a learning-rate change was agreed.
   bool update_regime(double local_norm, bool& lr_restart);
@@ -125,6 +134,22 @@ class AdaptiveStrategy : public Strategy {
   bool critical_ = true;             // agreed
   std::optional<double> window_lr_;  // the learning rate changes are measured against
   bool lr_changed_ = false;          // seen locally, not yet agreed
+
+  // auto's fit (fit_plan.h)
+  enum class FitState : uint8_t { kPending = 0, kBuilt = 1, kUniform = 2 };
+  static constexpr size_t kNoPlan = static_cast<size_t>(-1);
+  // After a trial's last plan: builds fit from the trial's measurements (collective) and,
+  // when it mixes codecs, appends it to the trial; true then.
+  bool build_fit();
+  void start_fit_plan(const std::string& policy);  // no collective
+  size_t fit_ = kNoPlan;                           // fit's index in the plans
+  FitState fit_state_ = FitState::kPending;
+  std::string fit_policy_;   // built: "other=SPEC,@NAME=SPEC,..."
+  std::string fit_summary_;  // what it chose, for decisions
+  std::vector<compress::TensorInfo> tensors_;
+  FloatSpans params_;  // the model's, for starting fit (sizes are all it reads)
+  std::vector<Clock::time_point> ready_at_;         // per tensor: gradient final, this step
+  std::vector<std::vector<double>> ready_samples_;  // per tensor: ms before backward's end
 
   // auto
   std::vector<double> predicted_ms_;  // per plan: the model's exchange ms/step; 0: unknown

@@ -5,7 +5,9 @@
 
 namespace gradwire::strategy {
 
-std::vector<std::string> codec_plan_names() { return {"none", "fp16", "bf16", "int8", "powersgd"}; }
+std::vector<std::string> codec_plan_names() {
+  return {"none", "fp16", "bf16", "int8", "powersgd", "fit"};
+}
 
 CodecPlan make_codec_plan(const std::string& name, int powersgd_rank) {
   // int8 (per-block scale, error feedback) converged like fp16 in the e2e measurement
@@ -17,6 +19,7 @@ CodecPlan make_codec_plan(const std::string& name, int powersgd_rank) {
     const std::string spec = "powersgd:rank=" + std::to_string(powersgd_rank);
     return {name, "conv=" + spec + ",fc=" + spec + ",other=fp16", true};
   }
+  if (name == "fit") return {name, "", false, true};
   throw ConfigError("unknown codec plan '" + name + "'; the plans are " + join(codec_plan_names()));
 }
 

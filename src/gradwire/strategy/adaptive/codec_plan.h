@@ -1,10 +1,10 @@
 // The codec plans an adaptive strategy switches between, and how `auto` picks one.
 //
 // A plan is a whole-model layer policy (compress/policy.h) run by its own
-// AllreduceStrategy: `none` (fp32), `fp16`, `bf16`, `int8`, and `powersgd` (PowerSGD of
-// rank r on convolution and fully-connected weights, fp16 for everything else, as DDP's
-// PowerSGD hook leaves small tensors to a plain allreduce). Tensors of the same wire type
-// share buckets, so a plan is also a choice per bucket.
+// AllreduceStrategy: `none` (fp32), `fp16`, `bf16`, `int8`, `powersgd` (PowerSGD of rank r
+// on convolution and fully-connected weights, fp16 for everything else, as DDP's PowerSGD
+// hook leaves small tensors to a plain allreduce), and `fit`, a choice per bucket among the
+// uniform plans listed with it (fit_plan.h), which auto builds from its first trial.
 #pragma once
 
 #include <span>
@@ -21,9 +21,13 @@ struct CodecPlan {
   // uses them in a critical regime. none, fp16, bf16 and int8 (block-wise, with error
   // feedback) converge like fp32 in our measurements.
   bool compresses = false;
+  // fit: `policy` is empty until auto builds it (per tensor, "@NAME=SPEC" items).
+  bool per_bucket = false;
+  // none, fp16, bf16, int8: one codec everywhere that does not compress; fit's rungs.
+  bool uniform_exact() const { return !compresses && !per_bucket; }
 };
 
-// "none", "fp16", "bf16", "int8", "powersgd"; throws ConfigError for anything else.
+// "none", "fp16", "bf16", "int8", "powersgd", "fit"; throws ConfigError for anything else.
 CodecPlan make_codec_plan(const std::string& name, int powersgd_rank);
 std::vector<std::string> codec_plan_names();
 
@@ -35,7 +39,8 @@ std::vector<std::string> codec_plan_names();
 // to be chosen, so plans are listed from the most to the least faithful (none before fp16:
 // on a fast link their steps cost the same and fp32 is exact). Returns plans.size() when no
 // plan is allowed.
+inline constexpr double kPlanTie = 0.02;
 size_t choose_plan(std::span<const CodecPlan> plans, std::span<const double> step_ms, bool critical,
-                   double penalty, double tie = 0.02);
+                   double penalty, double tie = kPlanTie);
 
 }  // namespace gradwire::strategy

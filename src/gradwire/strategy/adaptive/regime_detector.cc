@@ -56,8 +56,8 @@ void RegimeDetector::save_state(ByteWriter& out) const {
 void RegimeDetector::load_state(ByteReader& in) {
   const auto in_window = in.get<uint64_t>("regime window position");
   if (in_window >= window_) {
-    throw PayloadError("regime state at step " + std::to_string(in_window) +
-                       " of a window of " + std::to_string(window_));
+    throw PayloadError("regime state at step " + std::to_string(in_window) + " of a window of " +
+                       std::to_string(window_));
   }
   const double sum = in.get<double>("regime norm sum");
   const auto previous = get_optional(in, "regime previous mean");

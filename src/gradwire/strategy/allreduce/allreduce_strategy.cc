@@ -206,31 +206,48 @@ comm::SparsePath AllreduceStrategy::last_sparse_path(size_t b) const {
   return buckets_[b].last_path;
 }
 
-std::optional<double> AllreduceStrategy::predicted_exchange_seconds(
+std::optional<std::vector<double>> AllreduceStrategy::predicted_bucket_seconds(
     const comm::LinkModel& link) const {
-  if (!started_) throw Error("AllreduceStrategy::predicted_exchange_seconds called before start");
+  if (!started_) throw Error("AllreduceStrategy::predicted_bucket_seconds called before start");
   const int world = collectives_.size();
   const auto ring = [&](size_t bytes) {
     return comm::ring_allreduce_seconds(link, static_cast<double>(bytes), world);
   };
-  double total = 0;
+  std::vector<double> seconds;
   for (const Bucket& bucket : buckets_) {
     if (bucket.wire) {
-      total += ring(bucket.wire_buffer.size());
+      seconds.push_back(ring(bucket.wire_buffer.size()));
     } else if (bucket.int8) {
-      total += ring(bucket.maxima.size() * sizeof(float)) + ring(bucket.wire_buffer.size());
+      seconds.push_back(ring(bucket.maxima.size() * sizeof(float)) +
+                        ring(bucket.wire_buffer.size()));
     } else if (bucket.sparse && bucket.sparse->totals().known) {
-      total +=
+      seconds.push_back(
           comm::sparse_path_seconds(link, next_sparse_path(bucket, link),
-                                    bucket.sparse->totals().load(bucket.elements, world), world);
+                                    bucket.sparse->totals().load(bucket.elements, world), world));
     } else if (!bucket.message.empty()) {
-      total += comm::allgather_seconds(link, static_cast<double>(bucket.message.size()), world);
+      seconds.push_back(
+          comm::allgather_seconds(link, static_cast<double>(bucket.message.size()), world));
     } else {
       return std::nullopt;
     }
   }
-  if (!low_rank_.empty())
-    total += ring(p_buffer_.size() * sizeof(float)) + ring(q_buffer_.size() * sizeof(float));
+  return seconds;
+}
+
+std::optional<double> AllreduceStrategy::predicted_exchange_seconds(
+    const comm::LinkModel& link) const {
+  if (!started_) throw Error("AllreduceStrategy::predicted_exchange_seconds called before start");
+  const auto buckets = predicted_bucket_seconds(link);
+  if (!buckets) return std::nullopt;
+  double total = 0;
+  for (double s : *buckets) total += s;
+  if (!low_rank_.empty()) {
+    const int world = collectives_.size();
+    total += comm::ring_allreduce_seconds(
+                 link, static_cast<double>(p_buffer_.size() * sizeof(float)), world) +
+             comm::ring_allreduce_seconds(
+                 link, static_cast<double>(q_buffer_.size() * sizeof(float)), world);
+  }
   return total;
 }
 

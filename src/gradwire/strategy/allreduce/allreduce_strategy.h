@@ -80,6 +80,9 @@ class AllreduceStrategy : public Strategy {
   // tensors' P and Q allreduces (PowerSGD after its dense start). nullopt while a
   // message bucket's payload size is unknown (before its first step). Call between steps.
   std::optional<double> predicted_exchange_seconds(const comm::LinkModel& link) const;
+  // The same per bucket, in bucket_layout()'s order (the low-rank tensors, in no bucket,
+  // are left out).
+  std::optional<std::vector<double>> predicted_bucket_seconds(const comm::LinkModel& link) const;
 
  private:
   struct Bucket;

@@ -62,6 +62,7 @@ void ParameterServerStrategy::start(std::span<const compress::TensorInfo> tensor
   if (started_) throw ConfigError("ParameterServerStrategy::start called twice");
   if (tensors.size() != params.size()) throw ConfigError("start: tensors and params differ");
   const auto policy = compress::CodecPolicy::parse(options_.codec);
+  policy.check_tensors(tensors);
   slices_ = plan_slices(tensors, policy, options_.config.num_servers);
   params_ = params;
   server_slices_.assign(options_.config.num_servers, {});
