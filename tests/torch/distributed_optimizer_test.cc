@@ -236,14 +236,14 @@ TEST(DistributedOptimizerTest, AutoReportsItsDecisionsAndLeavesMomentumAlone) {
       solo_context(),
       torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)), *net,
       {.compressor = "auto:trial=1"});
-  EXPECT_EQ(
-      opt.codec_spec(),
-      "auto:eta=0.5,penalty=0.65,plans=none/fp16/int8/powersgd,prune=2,rank=2,reprobe=2000,trial=1,"
-      "window=50");
+  EXPECT_EQ(opt.codec_spec(),
+            "auto:eta=0.5,penalty=0.65,plans=none/fit/fp16/int8/powersgd,prune=2,rank=2,"
+            "reprobe=2000,trial=1,window=50");
   EXPECT_DOUBLE_EQ(sgd_momentum(opt), 0.9);  // no plan needs momentum correction
   train(
       problem, *net, [&] { opt.zero_grad(); }, [&] { opt.step(); }, 0, 1, 8, 6);
-  // Steps 0-1 measure none, 2-3 fp16, 4-5 int8 (PowerSGD waits for a normal regime): one
+  // Steps 0-1 measure none, 2-3 fp16, 4-5 int8 (PowerSGD waits for a normal regime; one
+  // rank has no link to hide, so fit is every tensor on none and not measured): one
   // decision.
   const auto decisions = opt.take_codec_decisions();
   ASSERT_EQ(decisions.size(), 1u);
@@ -253,6 +253,8 @@ TEST(DistributedOptimizerTest, AutoReportsItsDecisionsAndLeavesMomentumAlone) {
       << decisions[0].plan;
   EXPECT_NE(decisions[0].reason.find("start of training"), std::string::npos);
   EXPECT_NE(decisions[0].inputs_json.find("\"step_ms\""), std::string::npos);
+  EXPECT_NE(decisions[0].reason.find("fit: not measured: every tensor on none"), std::string::npos)
+      << decisions[0].reason;
   EXPECT_TRUE(opt.take_codec_decisions().empty());  // taken once
 }
 

@@ -625,9 +625,6 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   if (active == fit_ && fit_state != static_cast<uint8_t>(FitState::kBuilt)) {
     throw PayloadError("the checkpoint's active plan is fit, which it never built");
   }
-  if (fit_state_ != FitState::kPending) {
-    throw Error("AdaptiveStrategy::load_state after plan fit was built");
-  }
   if (fit_state == static_cast<uint8_t>(FitState::kBuilt)) {
     try {
       compress::CodecPolicy::parse(fit_policy).check_tensors(tensors_);
@@ -657,10 +654,12 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
     if (plan) plan->load_state(section);
     section.expect_end("plan state");
   }
-  if (fit_plan) {
-    predicted_ms_[fit_] = 1e3 * fit_plan->predicted_exchange_seconds(base_.link).value_or(0.0);
+  if (fit_ != kNoPlan) {  // the checkpoint's fit replaces whatever this process built
+    predicted_ms_[fit_] =
+        fit_plan ? 1e3 * fit_plan->predicted_exchange_seconds(base_.link).value_or(0.0) : 0.0;
     plans_[fit_] = std::move(fit_plan);
     options_.plans[fit_].policy = fit_policy;
+    ready_samples_.assign(tensors_.size(), {});
   }
   fit_state_ = static_cast<FitState>(fit_state);
   fit_policy_ = std::move(fit_policy);
