@@ -162,6 +162,11 @@ TEST(FitTest, TensorsOnTheSameRungShareABucketUpToTheCaps) {
   const auto split = fit_buckets(input, std::vector<size_t>{0, 1, 0});
   ASSERT_EQ(split.size(), 3u);  // another rung breaks the bucket
   EXPECT_EQ(split[1].rung, 1u);
+  // A tensor as large as the first bucket (8000 bytes) closes its bucket.
+  input.tensors[1].elements = 2000;
+  const auto closed = fit_buckets(input, std::vector<size_t>{0, 0, 0});
+  ASSERT_EQ(closed.size(), 3u);
+  EXPECT_EQ(closed[1].end, 2u);
 }
 
 TEST(FitTest, TensorsThatBackwardHidesStayOnTheFirstRung) {

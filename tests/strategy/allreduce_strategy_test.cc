@@ -353,6 +353,28 @@ TEST(AllreduceStrategyTest, BucketsFollowReverseOrderAndCap) {
   });
 }
 
+TEST(AllreduceStrategyTest, ATensorAsLargeAsTheFirstBucketClosesItsBucket) {
+  // Registration order conv (50 floats), fc1 (400), fc2 (20); backward finishes fc2, fc1,
+  // conv. fc1 is at least the first bucket (100 floats): it goes alone, and conv, final
+  // after it, does not hold its exchange back (DDP's rule alone would add it: 450 floats
+  // fit the 2500-float cap).
+  const std::vector<TensorInfo> tensors{{"conv", {50}, LayerKind::kConvWeight},
+                                        {"fc1", {400}, LayerKind::kFcWeight},
+                                        {"fc2", {20}, LayerKind::kFcWeight}};
+  comm::run_local_ranks(1, 5s, [&](comm::Collectives& c) {
+    AllreduceStrategy strategy(c,
+                               {.codec = "none", .bucket_bytes = 10000, .first_bucket_bytes = 400});
+    std::vector<std::vector<float>> p{std::vector<float>(50), std::vector<float>(400),
+                                      std::vector<float>(20)};
+    strategy.start(tensors, {p[0], p[1], p[2]});
+    const auto layout = strategy.bucket_layout();
+    ASSERT_EQ(layout.size(), 3u);
+    EXPECT_EQ(layout[0], (std::vector<size_t>{2}));  // fc2 (fc1 would overflow the first)
+    EXPECT_EQ(layout[1], (std::vector<size_t>{1}));  // fc1, closed
+    EXPECT_EQ(layout[2], (std::vector<size_t>{0}));  // conv
+  });
+}
+
 TEST(AllreduceStrategyTest, CodecMismatchFailsOnEveryRankNamingBoth) {
   const std::vector<TensorInfo> tensors{{"w", {4}, LayerKind::kNorm}};
   std::vector<std::string> errors(2);

@@ -10,12 +10,13 @@ namespace gradwire::strategy {
 
 std::vector<FitBucket> fit_buckets(const FitInput& input, std::span<const size_t> rungs) {
   std::vector<FitBucket> buckets;
+  const size_t big = std::min(input.first_bucket_bytes, input.bucket_bytes);
   size_t elements = 0;  // in the last bucket
+  bool closed = false;  // by a tensor of at least `big` bytes
   for (size_t t = 0; t < input.tensors.size(); ++t) {
     const size_t n = input.tensors[t].elements;
-    const size_t cap = buckets.size() == 1 ? std::min(input.first_bucket_bytes, input.bucket_bytes)
-                                           : input.bucket_bytes;
-    if (!buckets.empty() && buckets.back().rung == rungs[t] &&
+    const size_t cap = buckets.size() == 1 ? big : input.bucket_bytes;
+    if (!buckets.empty() && !closed && buckets.back().rung == rungs[t] &&
         (elements + n) * sizeof(float) <= cap) {
       buckets.back().end = t + 1;
       elements += n;
@@ -23,6 +24,7 @@ std::vector<FitBucket> fit_buckets(const FitInput& input, std::span<const size_t
       buckets.push_back({t, t + 1, rungs[t]});
       elements = n;
     }
+    closed = n * sizeof(float) >= big;
   }
   return buckets;
 }

@@ -4,8 +4,9 @@
 // The rungs are auto's uniform plans that do not compress (none, fp16, bf16, int8, in the
 // order listed: most faithful first). Tensors come in the order buckets are filled
 // (reverse registration, the order backward finishes them); consecutive tensors on the
-// same rung share a bucket up to the caps (the first bucket's, then the others'), as
-// AllreduceStrategy builds them. A bucket is final when its last tensor is: `ready_s`
+// same rung share a bucket up to the caps (the first bucket's, then the others'), and a
+// tensor of at least the first bucket's size closes its bucket, as AllreduceStrategy
+// builds them. A bucket is final when its last tensor is: `ready_s`
 // seconds before backward ends (measured from the gradient hooks). Its exchange on rung r
 // costs, by the cost model,
 //     x = c_r 2(W-1) alpha + 2 (W-1)/W (sum of its tensors' bytes on rung r) beta

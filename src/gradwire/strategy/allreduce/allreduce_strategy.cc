@@ -71,7 +71,12 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
   tensors_.assign(tensors.begin(), tensors.end());
   for (const auto& t : tensors_) codecs_.push_back(policy.create(t));
 
-  // Reverse registration order approximates the order backward finishes gradients.
+  // Reverse registration order approximates the order backward finishes gradients. A
+  // tensor of at least the first bucket's size closes its bucket: its own bytes amortize a
+  // collective's latency, and the smaller tensors backward finishes after it would only
+  // hold its exchange back (DDP lets them join up to the cap).
+  const size_t big = std::min(options_.first_bucket_bytes, options_.bucket_bytes);
+  bool closed = false;  // the last bucket takes no more tensors
   size_t p_size = 0, q_size = 0;
   for (size_t k = tensors_.size(); k-- > 0;) {
     if (auto* face = codecs_[k]->low_rank()) {
@@ -88,7 +93,7 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
     const size_t cap = buckets_.size() == 1
                            ? std::min(options_.first_bucket_bytes, options_.bucket_bytes)
                            : options_.bucket_bytes;
-    const bool fits = !buckets_.empty() && buckets_.back().wire == wire &&
+    const bool fits = !buckets_.empty() && !closed && buckets_.back().wire == wire &&
                       buckets_.back().int8 == int8 && buckets_.back().sparse_codecs == sparse &&
                       (buckets_.back().elements + n) * sizeof(float) <= cap;
     if (!fits) {
@@ -98,6 +103,7 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
       buckets_.back().sparse_codecs = sparse;
     }
     Bucket& bucket = buckets_.back();
+    closed = n * sizeof(float) >= big;
     bucket.tensors.push_back(k);
     bucket.offsets.push_back(bucket.elements);
     bucket.elements += n;
