@@ -178,6 +178,30 @@ TEST(GlooCollectivesTest, AMasterAddressThatDoesNotResolveIsNamedAtOnce) {
   }
 }
 
+TEST(GlooCollectivesTest, AnEmptyMasterAddressIsAnErrorAndAnUnsetOneIsThisHost) {
+  // A job script's unset variable (MASTER_ADDR=$NODE outside an allocation) must not turn
+  // into this host: across nodes every rank would serve or wait alone.
+  struct Restore {
+    ~Restore() {
+      for (const char* name : {"MASTER_ADDR", "RANK", "WORLD_SIZE"}) ::unsetenv(name);
+    }
+  } restore;
+  ::setenv("RANK", "1", 1);
+  ::setenv("WORLD_SIZE", "2", 1);
+  ::setenv("MASTER_ADDR", "", 1);
+  try {
+    comm::WorldInfo::from_environment();
+    FAIL() << "an empty MASTER_ADDR was accepted";
+  } catch (const ConfigError& e) {
+    EXPECT_NE(std::string(e.what()).find("MASTER_ADDR is set but empty"), std::string::npos)
+        << e.what();
+  }
+  ::unsetenv("MASTER_ADDR");
+  EXPECT_EQ(comm::WorldInfo::from_environment().master_addr, "127.0.0.1");
+  ::setenv("MASTER_ADDR", "10.1.2.3", 1);
+  EXPECT_EQ(comm::WorldInfo::from_environment().master_addr, "10.1.2.3");
+}
+
 TEST(GlooCollectivesTest, RankThatStopsCallingIsNamedWithinTheTimeout) {
   std::mutex mu;
   std::string message;

@@ -84,7 +84,14 @@ WorldInfo WorldInfo::from_environment() {
   world.rank = static_cast<int>(env_int("RANK", 0, 0, world.world_size - 1));
   world.local_rank = static_cast<int>(env_int("LOCAL_RANK", world.rank, 0, 1 << 20));
   world.master_port = static_cast<int>(env_int("MASTER_PORT", 29500, 1, 65535));
-  if (const char* addr = std::getenv("MASTER_ADDR"); addr && *addr) world.master_addr = addr;
+  if (const char* addr = std::getenv("MASTER_ADDR")) {
+    if (!*addr) {
+      throw ConfigError(
+          "MASTER_ADDR is set but empty: give rank 0's host (under Slurm, the first node "
+          "of the allocation: docs/LAUNCH.md), or unset it for a job on this host alone");
+    }
+    world.master_addr = addr;
+  }
   if (world.world_size > 1 && !std::getenv("RANK")) {
     throw ConfigError("WORLD_SIZE=" + std::to_string(world.world_size) +
                       " but RANK is not set: start the ranks with `gradwire run -n N -- ...` "

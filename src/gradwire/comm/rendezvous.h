@@ -25,7 +25,9 @@ struct WorldInfo {
   int master_port = 29500;
 
   // Reads RANK, WORLD_SIZE, LOCAL_RANK, MASTER_ADDR, MASTER_PORT. Without WORLD_SIZE the
-  // process is a world of one. Malformed or inconsistent values throw ConfigError.
+  // process is a world of one; without MASTER_ADDR the master is this host. Malformed or
+  // inconsistent values throw ConfigError, and so does a MASTER_ADDR set but empty (a
+  // script's unset variable: falling back to this host would be wrong across nodes).
   static WorldInfo from_environment();
 };
 
