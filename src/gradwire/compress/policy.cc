@@ -130,7 +130,8 @@ std::unique_ptr<Codec> CodecPolicy::create(const TensorInfo& tensor) const {
 }
 
 void CodecPolicy::check_tensors(std::span<const TensorInfo> tensors) const {
-  for (const auto& [name, spec] : by_name_) {
+  for (const auto& entry : by_name_) {
+    const std::string& name = entry.first;  // a named variable: lambdas may capture it
     const bool found = std::any_of(tensors.begin(), tensors.end(),
                                    [&](const TensorInfo& t) { return t.name == name; });
     if (!found) {
