@@ -232,10 +232,9 @@ void AdaptiveStrategy::synchronize(const FloatSpans& grads) {
   if (plans_.empty()) throw Error("AdaptiveStrategy::synchronize called before start");
   // fit's input: during a trial (not a plan's warm-up step), when every gradient came
   // through a hook, how long before the last one each was final.
-  const bool all_seen =
-      std::all_of(grad_seen_.begin(), grad_seen_.end(), [](uint8_t v) { return v; });
-  if (fit_state_ == FitState::kPending && !trial_queue_.empty() && trial_steps_ > 0 && all_seen &&
-      !ready_at_.empty()) {
+  if (fit_state_ == FitState::kPending && !trial_queue_.empty() && trial_steps_ > 0 &&
+      !ready_at_.empty() &&
+      std::all_of(grad_seen_.begin(), grad_seen_.end(), [](uint8_t v) { return v; })) {
     const auto last = *std::max_element(ready_at_.begin(), ready_at_.end());
     for (size_t k = 0; k < ready_at_.size(); ++k) {
       ready_samples_[k].push_back(
@@ -421,18 +420,22 @@ bool AdaptiveStrategy::build_fit() {
     fit_summary_ = "not built: the model has no tensors";
     return false;
   }
+  std::vector<compress::CodecPolicy> rung_policies;  // parsed once, asked per tensor
+  for (size_t p : rung_plans) {
+    rung_policies.push_back(compress::CodecPolicy::parse(options_.plans[p].policy));
+  }
   for (size_t k : order) {
     FitTensor t;
     t.elements = tensors_[k].numel();
     t.ready_s = std::max(0.0, -1e-3 * static_cast<double>(before_end[k]));
-    for (size_t p : rung_plans) {
-      auto codec = compress::CodecPolicy::parse(options_.plans[p].policy).create(tensors_[k]);
+    for (size_t r = 0; r < rung_plans.size(); ++r) {
+      auto codec = rung_policies[r].create(tensors_[k]);
       if (const auto wire = codec->additive_wire()) {
         t.bytes.push_back(static_cast<double>(t.elements * compress::wire_type_size(*wire)));
       } else if (auto* shared = codec->shared_scale()) {
         t.bytes.push_back(static_cast<double>(t.elements + shared->blocks() * sizeof(float)));
       } else {
-        throw Error("plan " + options_.plans[p].name + " is neither additive nor int8");
+        throw Error("plan " + options_.plans[rung_plans[r]].name + " is neither additive nor int8");
       }
     }
     input.tensors.push_back(std::move(t));
