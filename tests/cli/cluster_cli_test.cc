@@ -228,6 +228,8 @@ TEST(BenchE2eTest, BadConfigurationsAreRefusedUpFront) {
   for (const auto& [config, message] : std::vector<std::pair<std::string, std::string>>{
            {"zip", "unknown codec 'zip'"},
            {"ddp:zip", "DDP hooks are allreduce, fp16, bf16 and powersgd"},
+           {"ddp:powersgd:rnk=4", "rnk"},
+           {"ddp:fp16:rank=4", "rank"},
            {"ps:fast", "unknown updater 'fast'"}}) {
     const auto r = run_command(std::string(GRADWIRE_CLI) + " bench e2e --configs " + config +
                                    " --out " + temp_path("never"),

@@ -87,11 +87,18 @@ Config parse_config(const std::string& text) {
   c.name = text;
   if (text.rfind("ddp:", 0) == 0) {
     c.system = "ddp";
-    c.hook = text.substr(4);
+    const Spec hook = Spec::parse(text.substr(4));
+    c.hook = hook.name;
     if (c.hook != "allreduce" && c.hook != "fp16" && c.hook != "bf16" && c.hook != "powersgd") {
       throw ConfigError("configuration '" + text +
                         "': DDP hooks are allreduce, fp16, bf16 and powersgd");
     }
+    SpecReader reader(hook, "DDP hook");
+    if (c.hook == "powersgd") {
+      c.powersgd_rank = static_cast<int>(reader.get_int_in("rank", 2, 1, 1024));
+      c.powersgd_start = reader.get_int_in("start", -1, -1, 1LL << 40);
+    }
+    reader.finish();
     return c;
   }
   c.system = "gradwire";
@@ -148,7 +155,7 @@ std::vector<Run> build_matrix(const Settings& settings) {
     run.workers = settings.hosts;
     run.hosts = settings.hosts + (config.ps() ? 1 : 0);
     run.id = model + "-" + (floor ? std::string("floor") : slug(bw)) + "-" + config.system + "-" +
-             slug(config.system == "ddp" ? config.hook : config.name) + "-r" +
+             slug(config.system == "ddp" ? config.name.substr(4) : config.name) + "-r" +
              std::to_string(repeat);
     runs.push_back(run);
   };
@@ -187,6 +194,10 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
   std::vector<std::string> cmd;
   if (run.config.system == "ddp") {
     cmd = {"/usr/bin/python3", peer, "--hook", run.config.hook, "--momentum", number(s.momentum)};
+    if (run.config.hook == "powersgd") {
+      cmd.insert(cmd.end(), {"--powersgd-rank", std::to_string(run.config.powersgd_rank),
+                             "--powersgd-start-iter", std::to_string(run.config.powersgd_start)});
+    }
   } else if (run.config.ps()) {
     cmd = {self,
            "train",

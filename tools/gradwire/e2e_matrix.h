@@ -5,6 +5,8 @@
 // `gradwire train --worker` or the DDP peer (bench/peers/ddp_peer.py); both write the same
 // metrics JSON Lines. A configuration is written
 //   ddp:HOOK                  DDP with hook allreduce, fp16, bf16 or powersgd
+//   ddp:powersgd:rank=R,start=N  PowerSGD of rank R (2) after N dense steps (-1: a tenth of
+//                             the run, as DDP's documentation advises)
 //   ps:UPDATER[:CONSISTENCY]  gradwire on one parameter server (its own host) with UPDATER
 //                             (ddc-asgd, dc-asgd, ...) under CONSISTENCY (default asp)
 //   SPEC                      gradwire allreduce with codec SPEC (none, fp16, hylo, ...)
@@ -51,6 +53,8 @@ struct Config {
   std::string name;                  // as written in --configs
   std::string system;                // "gradwire" or "ddp"
   std::string hook;                  // ddp: allreduce, fp16, bf16, powersgd
+  int powersgd_rank = 2;             // ddp:powersgd: matrix_approximation_rank
+  long long powersgd_start = -1;     // ddp:powersgd: start_powerSGD_iter (-1: a tenth)
   std::string codec;                 // gradwire allreduce: the --compressor spec
   std::string updater, consistency;  // ps
   std::string gossip_trigger;        // gossip: every, period:K, adaptive (ring topology)
