@@ -378,15 +378,6 @@ void AdaptiveStrategy::next_trial_plan() {
   }
 }
 
-namespace {
-
-// Tensor names go into a layer policy as "@NAME=SPEC" items, and into decisions' JSON.
-bool nameable(const std::string& name) {
-  return !name.empty() && name.find_first_of(",= \t\"\\") == std::string::npos;
-}
-
-}  // namespace
-
 bool AdaptiveStrategy::build_fit() {
   if (fit_ == kNoPlan || fit_state_ != FitState::kPending) return false;
   // Every rank gets here at the same step. The times before backward's end agreed: the
@@ -398,108 +389,31 @@ bool AdaptiveStrategy::build_fit() {
   if (!before_end.empty()) collectives_.allreduce_max(before_end.data(), before_end.size());
   ready_samples_.clear();
   ready_samples_.shrink_to_fit();
+  std::vector<double> ready_s(tensors_.size());
+  for (size_t k = 0; k < tensors_.size(); ++k) ready_s[k] = -1e-3 * before_end[k];
 
-  std::vector<size_t> rung_plans;  // the uniform plans, most faithful first
-  for (size_t p = 0; p < options_.plans.size(); ++p) {
-    if (options_.plans[p].uniform_exact()) rung_plans.push_back(p);
+  std::vector<FitRung> rungs;  // the uniform plans, most faithful first
+  for (const CodecPlan& plan : options_.plans) {
+    if (plan.uniform_exact()) rungs.push_back({plan.name, plan.policy});
   }
-  FitInput input;
-  input.link = base_.link;
-  input.world = collectives_.size();
-  input.first_bucket_bytes = base_.first_bucket_bytes;
-  input.bucket_bytes = base_.bucket_bytes;
-  for (size_t p : rung_plans) {
-    const bool int8 = options_.plans[p].name == "int8";
-    input.collectives.push_back(int8 ? 2 : 1);
-  }
-  // Reverse registration: the order AllreduceStrategy fills its buckets in.
-  std::vector<size_t> order;
-  for (size_t k = tensors_.size(); k-- > 0;) order.push_back(k);
-  if (order.empty()) {
-    fit_state_ = FitState::kUniform;
-    fit_summary_ = "not built: the model has no tensors";
-    return false;
-  }
-  std::vector<compress::CodecPolicy> rung_policies;  // parsed once, asked per tensor
-  for (size_t p : rung_plans) {
-    rung_policies.push_back(compress::CodecPolicy::parse(options_.plans[p].policy));
-  }
-  for (size_t k : order) {
-    FitTensor t;
-    t.elements = tensors_[k].numel();
-    t.ready_s = std::max(0.0, -1e-3 * static_cast<double>(before_end[k]));
-    for (size_t r = 0; r < rung_plans.size(); ++r) {
-      auto codec = rung_policies[r].create(tensors_[k]);
-      if (const auto wire = codec->additive_wire()) {
-        t.bytes.push_back(static_cast<double>(t.elements * compress::wire_type_size(*wire)));
-      } else if (auto* shared = codec->shared_scale()) {
-        t.bytes.push_back(static_cast<double>(t.elements + shared->blocks() * sizeof(float)));
-      } else {
-        throw Error("plan " + options_.plans[rung_plans[r]].name + " is neither additive nor int8");
-      }
-    }
-    input.tensors.push_back(std::move(t));
-  }
-  const std::vector<size_t> rungs = fit_rungs(input);
-
-  // Per rung, the tensors it got: "none: 6 tensors; int8: fc1.weight".
-  std::vector<std::vector<std::string>> names(rung_plans.size());
-  std::string policy = "other=" + options_.plans[rung_plans.front()].policy;
-  bool mixed = false, all_nameable = true;
-  for (size_t i = 0; i < order.size(); ++i) {
-    const compress::TensorInfo& tensor = tensors_[order[i]];
-    mixed = mixed || rungs[i] != rungs.front();
-    names[rungs[i]].push_back(tensor.name);
-    all_nameable = all_nameable && nameable(tensor.name);
-    if (rungs[i] != 0)
-      policy += ",@" + tensor.name + "=" + options_.plans[rung_plans[rungs[i]]].policy;
-  }
-  fit_summary_.clear();
-  for (size_t r = 0; r < names.size(); ++r) {
-    if (names[r].empty()) continue;
-    std::string list;
-    if (names[r].size() <= 3 && all_nameable) {
-      for (const auto& n : names[r]) list += (list.empty() ? "" : " ") + n;
-    } else {
-      list = std::to_string(names[r].size()) + " tensors";
-    }
-    fit_summary_ +=
-        (fit_summary_.empty() ? "" : "; ") + options_.plans[rung_plans[r]].name + ": " + list;
-  }
-  // Against the uniform plan of least exposed exchange, by the same model.
-  const double exposed_ms = 1e3 * fit_exposed_seconds(input, rungs);
-  double uniform_ms = HUGE_VAL;
-  size_t uniform = 0;
-  for (size_t r = 0; r < rung_plans.size(); ++r) {
-    const double ms = 1e3 * fit_exposed_seconds(input, std::vector<size_t>(order.size(), r));
-    if (ms < uniform_ms) {
-      uniform_ms = ms;
-      uniform = r;
-    }
-  }
-  fit_summary_ += "; exposed exchange predicted " + format_tenths(exposed_ms) + " ms against " +
-                  options_.plans[rung_plans[uniform]].name + "'s " + format_tenths(uniform_ms);
+  FitInput setting;
+  setting.link = base_.link;
+  setting.world = collectives_.size();
+  setting.first_bucket_bytes = base_.first_bucket_bytes;
+  setting.bucket_bytes = base_.bucket_bytes;
   double fastest = 0;  // ms, agreed
   for (size_t p = 0; p < measured_ms_.size(); ++p) {
     if (measured_ms_[p] > 0 && (fastest == 0 || measured_ms_[p] < fastest))
       fastest = measured_ms_[p];
   }
-  std::string why_not;
-  if (!mixed) {
-    why_not = "not measured: every tensor on " + options_.plans[rung_plans[rungs.front()]].name;
-  } else if (!all_nameable) {
-    why_not = "not built: a tensor name cannot go into a policy";
-  } else if (exposed_ms > uniform_ms + kPlanTie * fastest) {
-    // Predicted slower than a uniform plan by more than the margin of a tie (at a tie it
-    // is measured: it keeps more tensors exact).
-    why_not = "not measured: predicted slower than " + options_.plans[rung_plans[uniform]].name;
-  }
-  if (!why_not.empty()) {
+  FitProposal proposal = propose_fit(tensors_, ready_s, rungs, setting, kPlanTie * fastest);
+  if (!proposal.why_not.empty()) {
     fit_state_ = FitState::kUniform;
-    fit_summary_ = why_not + "; " + fit_summary_;
+    fit_summary_ = proposal.why_not + (proposal.summary.empty() ? "" : "; " + proposal.summary);
     return false;
   }
-  start_fit_plan(policy);
+  fit_summary_ = std::move(proposal.summary);
+  start_fit_plan(proposal.policy);
   // Measured last in this trial (its first place in the queue was skipped: not built).
   std::erase(trial_queue_, fit_);
   trial_queue_.push_back(fit_);
@@ -527,161 +441,6 @@ void AdaptiveStrategy::finish_trial() {
   size_t best = choose_plan(options_.plans, candidates(), critical_, options_.penalty);
   if (best >= options_.plans.size()) best = active_;  // nothing measured is allowed: stay
   decide(best, trial_why_);
-}
-
-// State: tag, plan count, the step, the agreed regime and the learning rate it is measured
-// against, the detector, auto's measurements and the trial in progress, fit's state, policy
-// and summary, then one section per plan with its AllreduceStrategy's state (empty for a
-// fit not built). The time of the last step's end is not
-// state: the first step after a resume is not timed, as the first step of a job is not.
-namespace {
-
-constexpr uint32_t kAdaptiveStateTag = 0x33504441;  // "ADP3"
-
-template <typename T>
-void put_vector(ByteWriter& out, const std::vector<T>& values) {
-  out.put<uint64_t>(values.size());
-  for (const T& value : values) out.put<T>(value);
-}
-
-template <typename T>
-std::vector<T> get_vector(ByteReader& in, const char* field, size_t max_size) {
-  const auto size = in.get<uint64_t>(field);
-  if (size > max_size) {
-    throw PayloadError(std::string(field) + ": " + std::to_string(size) + " entries, at most " +
-                       std::to_string(max_size) + " expected");
-  }
-  std::vector<T> values(static_cast<size_t>(size));
-  for (T& value : values) value = in.get<T>(field);
-  return values;
-}
-
-}  // namespace
-
-void AdaptiveStrategy::save_state(Bytes& out) const {
-  if (plans_.empty()) throw Error("AdaptiveStrategy::save_state called before start");
-  ByteWriter writer(out);
-  writer.put<uint32_t>(kAdaptiveStateTag);
-  writer.put<uint64_t>(plans_.size());
-  writer.put<uint64_t>(active_);
-  writer.put<uint64_t>(step_);
-  writer.put<uint8_t>(critical_);
-  writer.put<uint8_t>(window_lr_.has_value());
-  writer.put<double>(window_lr_.value_or(0.0));
-  writer.put<uint8_t>(lr_changed_);
-  detector_.save_state(writer);
-  put_vector(writer, measured_ms_);
-  put_vector(writer, ruled_out_);
-  std::vector<uint64_t> queue(trial_queue_.begin(), trial_queue_.end());
-  put_vector(writer, queue);
-  writer.put<uint64_t>(trial_pos_);
-  writer.put<uint64_t>(trial_steps_);
-  put_vector(writer, samples_);
-  writer.put_string(trial_why_);
-  writer.put<uint64_t>(next_reprobe_);
-  writer.put<uint8_t>(static_cast<uint8_t>(fit_state_));
-  writer.put_string(fit_policy_);
-  writer.put_string(fit_summary_);
-  Bytes plan_state;
-  for (const auto& plan : plans_) {
-    plan_state.clear();
-    if (plan) plan->save_state(plan_state);
-    put_section(out, plan_state);
-  }
-}
-
-void AdaptiveStrategy::load_state(ByteReader& in) {
-  if (plans_.empty()) throw Error("AdaptiveStrategy::load_state called before start");
-  if (in.get<uint32_t>("adaptive state tag") != kAdaptiveStateTag) {
-    throw PayloadError("the checkpoint holds no " + options_.canonical +
-                       " state where one was expected (was it saved with another codec?)");
-  }
-  const size_t plans = plans_.size();
-  if (in.get<uint64_t>("plan count") != plans) {
-    throw PayloadError("the checkpoint's adaptive codec has another number of plans than " +
-                       options_.canonical);
-  }
-  const auto active = in.get<uint64_t>("active plan");
-  if (active >= plans) throw PayloadError("the checkpoint's active plan is out of range");
-  const auto step = in.get<uint64_t>("step");
-  const bool critical = in.get<uint8_t>("critical") != 0;
-  const bool has_lr = in.get<uint8_t>("window learning rate") != 0;
-  const double lr = in.get<double>("window learning rate");
-  const bool lr_changed = in.get<uint8_t>("learning rate changed") != 0;
-  detector_.load_state(in);
-  auto measured = get_vector<double>(in, "measured ms", plans);
-  auto ruled_out = get_vector<uint8_t>(in, "ruled out", plans);
-  auto queue = get_vector<uint64_t>(in, "trial queue", plans);
-  const auto trial_pos = in.get<uint64_t>("trial position");
-  const auto trial_steps = in.get<uint64_t>("trial steps");
-  auto samples = get_vector<double>(in, "trial samples", 1u << 20);
-  std::string why = in.get_string("trial reason");
-  const auto next_reprobe = in.get<uint64_t>("next measurement");
-  const auto fit_state = in.get<uint8_t>("fit state");
-  std::string fit_policy = in.get_string("fit policy");
-  std::string fit_summary = in.get_string("fit summary");
-  if (fit_state > static_cast<uint8_t>(FitState::kUniform) ||
-      (fit_state != static_cast<uint8_t>(FitState::kPending) && fit_ == kNoPlan) ||
-      (fit_state == static_cast<uint8_t>(FitState::kBuilt)) == fit_policy.empty()) {
-    throw PayloadError("the checkpoint's plan fit does not fit " + options_.canonical);
-  }
-  if (active == fit_ && fit_state != static_cast<uint8_t>(FitState::kBuilt)) {
-    throw PayloadError("the checkpoint's active plan is fit, which it never built");
-  }
-  if (fit_state == static_cast<uint8_t>(FitState::kBuilt)) {
-    try {
-      compress::CodecPolicy::parse(fit_policy).check_tensors(tensors_);
-    } catch (const ConfigError& e) {
-      throw PayloadError(std::string("the checkpoint's plan fit: ") + e.what());
-    }
-  }
-  if (measured.size() != plans || ruled_out.size() != plans || trial_pos > queue.size()) {
-    throw PayloadError("the checkpoint's adaptive measurements do not fit " + options_.canonical);
-  }
-  for (const uint64_t p : queue) {
-    if (p >= plans) throw PayloadError("the checkpoint's trial names a plan out of range");
-  }
-  // The fit plan is started before the sections are read (its state is in them) but kept
-  // only if every section loads.
-  std::unique_ptr<AllreduceStrategy> fit_plan;
-  if (fit_state == static_cast<uint8_t>(FitState::kBuilt)) {
-    AllreduceOptions o = base_;
-    o.codec = fit_policy;
-    o.agree_at_start = false;
-    fit_plan = std::make_unique<AllreduceStrategy>(collectives_, o);
-    fit_plan->start(tensors_, params_);
-  }
-  for (size_t p = 0; p < plans_.size(); ++p) {
-    ByteReader section = get_section(in, "plan state");
-    AllreduceStrategy* plan = p == fit_ ? fit_plan.get() : plans_[p].get();
-    if (plan) plan->load_state(section);
-    section.expect_end("plan state");
-  }
-  if (fit_ != kNoPlan) {  // the checkpoint's fit replaces whatever this process built
-    predicted_ms_[fit_] =
-        fit_plan ? 1e3 * fit_plan->predicted_exchange_seconds(base_.link).value_or(0.0) : 0.0;
-    plans_[fit_] = std::move(fit_plan);
-    options_.plans[fit_].policy = fit_policy;
-    ready_samples_.assign(tensors_.size(), {});
-  }
-  fit_state_ = static_cast<FitState>(fit_state);
-  fit_policy_ = std::move(fit_policy);
-  fit_summary_ = std::move(fit_summary);
-  step_ = step;
-  critical_ = critical;
-  window_lr_ = has_lr ? std::optional<double>(lr) : std::nullopt;
-  lr_changed_ = lr_changed;
-  measured_ms_ = std::move(measured);
-  ruled_out_ = std::move(ruled_out);
-  trial_queue_.assign(queue.begin(), queue.end());
-  trial_pos_ = static_cast<size_t>(trial_pos);
-  trial_steps_ = static_cast<size_t>(trial_steps);
-  samples_ = std::move(samples);
-  trial_why_ = std::move(why);
-  next_reprobe_ = next_reprobe;
-  last_end_.reset();
-  decisions_.clear();  // start()'s, replaced by this one
-  decide(static_cast<size_t>(active), "resumed from a checkpoint");
 }
 
 void AdaptiveStrategy::decide(size_t plan, const std::string& why) {

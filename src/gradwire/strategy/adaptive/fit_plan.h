@@ -23,9 +23,11 @@
 #pragma once
 
 #include <span>
+#include <string>
 #include <vector>
 
 #include "gradwire/comm/cost_model.h"
+#include "gradwire/compress/codec.h"
 
 namespace gradwire::strategy {
 
@@ -57,5 +59,28 @@ double fit_exposed_seconds(const FitInput& input, std::span<const size_t> rungs)
 
 // The rung of every tensor (see above). Throws Error for inconsistent sizes.
 std::vector<size_t> fit_rungs(const FitInput& input);
+
+// What auto makes of the model's tensors: the policy of plan `fit` and why it is, or is
+// not, worth measuring.
+struct FitRung {
+  std::string name;    // auto's plan: "none", "fp16", ...
+  std::string policy;  // its layer policy
+};
+
+struct FitProposal {
+  std::string policy;   // "other=RUNG0,@NAME=RUNG,..." for the tensors off rung 0
+  std::string summary;  // "none: 6 tensors; int8: fc1.weight; exposed exchange predicted ..."
+  // Empty: measure it. Else why not: every tensor on one rung, a tensor name that cannot
+  // go into a policy, or predicted slower than the best uniform rung by more than tie_ms.
+  std::string why_not;
+};
+
+// `tensors` in registration order, `ready_s` for each the (agreed) seconds it was final
+// before backward's end; `setting` gives the link, world and bucket caps (its tensors and
+// collectives are filled in here from the rungs' codecs). Throws Error for a rung that is
+// neither additive nor shared-scale (int8).
+FitProposal propose_fit(std::span<const compress::TensorInfo> tensors,
+                        std::span<const double> ready_s, std::span<const FitRung> rungs,
+                        FitInput setting, double tie_ms);
 
 }  // namespace gradwire::strategy

@@ -1,0 +1,166 @@
+// AdaptiveStrategy's checkpoint state (format ADP3): what a resumed job needs to go on
+// measuring and deciding as the uninterrupted job would.
+#include <memory>
+
+#include "gradwire/compress/policy.h"
+#include "gradwire/core/error.h"
+#include "gradwire/strategy/adaptive/adaptive_strategy.h"
+
+namespace gradwire::strategy {
+
+// State: tag, plan count, the step, the agreed regime and the learning rate it is measured
+// against, the detector, auto's measurements and the trial in progress, fit's state, policy
+// and summary, then one section per plan with its AllreduceStrategy's state (empty for a
+// fit not built). The time of the last step's end is not
+// state: the first step after a resume is not timed, as the first step of a job is not.
+namespace {
+
+constexpr uint32_t kAdaptiveStateTag = 0x33504441;  // "ADP3"
+
+template <typename T>
+void put_vector(ByteWriter& out, const std::vector<T>& values) {
+  out.put<uint64_t>(values.size());
+  for (const T& value : values) out.put<T>(value);
+}
+
+template <typename T>
+std::vector<T> get_vector(ByteReader& in, const char* field, size_t max_size) {
+  const auto size = in.get<uint64_t>(field);
+  if (size > max_size) {
+    throw PayloadError(std::string(field) + ": " + std::to_string(size) + " entries, at most " +
+                       std::to_string(max_size) + " expected");
+  }
+  std::vector<T> values(static_cast<size_t>(size));
+  for (T& value : values) value = in.get<T>(field);
+  return values;
+}
+
+}  // namespace
+
+void AdaptiveStrategy::save_state(Bytes& out) const {
+  if (plans_.empty()) throw Error("AdaptiveStrategy::save_state called before start");
+  ByteWriter writer(out);
+  writer.put<uint32_t>(kAdaptiveStateTag);
+  writer.put<uint64_t>(plans_.size());
+  writer.put<uint64_t>(active_);
+  writer.put<uint64_t>(step_);
+  writer.put<uint8_t>(critical_);
+  writer.put<uint8_t>(window_lr_.has_value());
+  writer.put<double>(window_lr_.value_or(0.0));
+  writer.put<uint8_t>(lr_changed_);
+  detector_.save_state(writer);
+  put_vector(writer, measured_ms_);
+  put_vector(writer, ruled_out_);
+  std::vector<uint64_t> queue(trial_queue_.begin(), trial_queue_.end());
+  put_vector(writer, queue);
+  writer.put<uint64_t>(trial_pos_);
+  writer.put<uint64_t>(trial_steps_);
+  put_vector(writer, samples_);
+  writer.put_string(trial_why_);
+  writer.put<uint64_t>(next_reprobe_);
+  writer.put<uint8_t>(static_cast<uint8_t>(fit_state_));
+  writer.put_string(fit_policy_);
+  writer.put_string(fit_summary_);
+  Bytes plan_state;
+  for (const auto& plan : plans_) {
+    plan_state.clear();
+    if (plan) plan->save_state(plan_state);
+    put_section(out, plan_state);
+  }
+}
+
+void AdaptiveStrategy::load_state(ByteReader& in) {
+  if (plans_.empty()) throw Error("AdaptiveStrategy::load_state called before start");
+  if (in.get<uint32_t>("adaptive state tag") != kAdaptiveStateTag) {
+    throw PayloadError("the checkpoint holds no " + options_.canonical +
+                       " state where one was expected (was it saved with another codec?)");
+  }
+  const size_t plans = plans_.size();
+  if (in.get<uint64_t>("plan count") != plans) {
+    throw PayloadError("the checkpoint's adaptive codec has another number of plans than " +
+                       options_.canonical);
+  }
+  const auto active = in.get<uint64_t>("active plan");
+  if (active >= plans) throw PayloadError("the checkpoint's active plan is out of range");
+  const auto step = in.get<uint64_t>("step");
+  const bool critical = in.get<uint8_t>("critical") != 0;
+  const bool has_lr = in.get<uint8_t>("window learning rate") != 0;
+  const double lr = in.get<double>("window learning rate");
+  const bool lr_changed = in.get<uint8_t>("learning rate changed") != 0;
+  detector_.load_state(in);
+  auto measured = get_vector<double>(in, "measured ms", plans);
+  auto ruled_out = get_vector<uint8_t>(in, "ruled out", plans);
+  auto queue = get_vector<uint64_t>(in, "trial queue", plans);
+  const auto trial_pos = in.get<uint64_t>("trial position");
+  const auto trial_steps = in.get<uint64_t>("trial steps");
+  auto samples = get_vector<double>(in, "trial samples", 1u << 20);
+  std::string why = in.get_string("trial reason");
+  const auto next_reprobe = in.get<uint64_t>("next measurement");
+  const auto fit_state = in.get<uint8_t>("fit state");
+  std::string fit_policy = in.get_string("fit policy");
+  std::string fit_summary = in.get_string("fit summary");
+  if (fit_state > static_cast<uint8_t>(FitState::kUniform) ||
+      (fit_state != static_cast<uint8_t>(FitState::kPending) && fit_ == kNoPlan) ||
+      (fit_state == static_cast<uint8_t>(FitState::kBuilt)) == fit_policy.empty()) {
+    throw PayloadError("the checkpoint's plan fit does not fit " + options_.canonical);
+  }
+  if (active == fit_ && fit_state != static_cast<uint8_t>(FitState::kBuilt)) {
+    throw PayloadError("the checkpoint's active plan is fit, which it never built");
+  }
+  if (fit_state == static_cast<uint8_t>(FitState::kBuilt)) {
+    try {
+      compress::CodecPolicy::parse(fit_policy).check_tensors(tensors_);
+    } catch (const ConfigError& e) {
+      throw PayloadError(std::string("the checkpoint's plan fit: ") + e.what());
+    }
+  }
+  if (measured.size() != plans || ruled_out.size() != plans || trial_pos > queue.size()) {
+    throw PayloadError("the checkpoint's adaptive measurements do not fit " + options_.canonical);
+  }
+  for (const uint64_t p : queue) {
+    if (p >= plans) throw PayloadError("the checkpoint's trial names a plan out of range");
+  }
+  // The fit plan is started before the sections are read (its state is in them) but kept
+  // only if every section loads.
+  std::unique_ptr<AllreduceStrategy> fit_plan;
+  if (fit_state == static_cast<uint8_t>(FitState::kBuilt)) {
+    AllreduceOptions o = base_;
+    o.codec = fit_policy;
+    o.agree_at_start = false;
+    fit_plan = std::make_unique<AllreduceStrategy>(collectives_, o);
+    fit_plan->start(tensors_, params_);
+  }
+  for (size_t p = 0; p < plans_.size(); ++p) {
+    ByteReader section = get_section(in, "plan state");
+    AllreduceStrategy* plan = p == fit_ ? fit_plan.get() : plans_[p].get();
+    if (plan) plan->load_state(section);
+    section.expect_end("plan state");
+  }
+  if (fit_ != kNoPlan) {  // the checkpoint's fit replaces whatever this process built
+    predicted_ms_[fit_] =
+        fit_plan ? 1e3 * fit_plan->predicted_exchange_seconds(base_.link).value_or(0.0) : 0.0;
+    plans_[fit_] = std::move(fit_plan);
+    options_.plans[fit_].policy = fit_policy;
+    ready_samples_.assign(tensors_.size(), {});
+  }
+  fit_state_ = static_cast<FitState>(fit_state);
+  fit_policy_ = std::move(fit_policy);
+  fit_summary_ = std::move(fit_summary);
+  step_ = step;
+  critical_ = critical;
+  window_lr_ = has_lr ? std::optional<double>(lr) : std::nullopt;
+  lr_changed_ = lr_changed;
+  measured_ms_ = std::move(measured);
+  ruled_out_ = std::move(ruled_out);
+  trial_queue_.assign(queue.begin(), queue.end());
+  trial_pos_ = static_cast<size_t>(trial_pos);
+  trial_steps_ = static_cast<size_t>(trial_steps);
+  samples_ = std::move(samples);
+  trial_why_ = std::move(why);
+  next_reprobe_ = next_reprobe;
+  last_end_.reset();
+  decisions_.clear();  // start()'s, replaced by this one
+  decide(static_cast<size_t>(active), "resumed from a checkpoint");
+}
+
+}  // namespace gradwire::strategy
