@@ -40,5 +40,25 @@ TEST(FailureReport, NoPathWritesNothingAndOtherFilesAreNotReports) {
   std::remove(path.c_str());
 }
 
+// The victims of a hang blame the rank that hung; it wrote nothing (or blamed nobody), so
+// it is the cause. A rank that blames another is a victim even when blamed itself.
+TEST(FailureReport, TheRootCauseIsTheBlamedRankThatBlamesNobody) {
+  EXPECT_FALSE(root_cause({}).has_value());
+  EXPECT_FALSE(root_cause({{0, {{}, "no blame"}}}).has_value());
+  const auto hang = root_cause({{0, {{2}, "allreduce #3: rank 2 did not arrive"}},
+                                {1, {{2, 1}, "allreduce #3 too"}},
+                                {3, {{}, "exited"}}});
+  ASSERT_TRUE(hang.has_value());
+  EXPECT_EQ(hang->rank, 2);
+  EXPECT_EQ(hang->line,
+            "rank 2 did not arrive: ranks 0, 1 failed waiting for it (allreduce #3: rank 2 did "
+            "not arrive)");
+  // 1 blames 0 and 0 blames 1: both victims of each other, neither a cause; 3 is.
+  const auto chain = root_cause({{0, {{1}, "a"}}, {1, {{0, 3}, "b"}}});
+  ASSERT_TRUE(chain.has_value());
+  EXPECT_EQ(chain->rank, 3);
+  EXPECT_EQ(chain->line, "rank 3 did not arrive: rank 1 failed waiting for it (b)");
+}
+
 }  // namespace
 }  // namespace gradwire

@@ -56,4 +56,26 @@ std::optional<FailureReport> read_failure_report(const std::string& path) {
   return report;
 }
 
+std::optional<RootCause> root_cause(const std::map<int, FailureReport>& reports) {
+  std::map<int, std::vector<int>> blamers;   // blamed rank -> the ranks that blame it
+  std::map<int, std::string> first_message;  // blamed rank -> the first blamer's message
+  for (const auto& [rank, report] : reports) {
+    for (const int blamed : report.blamed) {
+      if (blamed == rank) continue;
+      blamers[blamed].push_back(rank);
+      first_message.emplace(blamed, report.message);
+    }
+  }
+  for (const auto& [blamed, by] : blamers) {
+    const auto own = reports.find(blamed);
+    if (own != reports.end() && !own->second.blamed.empty()) continue;  // a victim too
+    std::string line = "rank " + std::to_string(blamed) + " did not arrive: rank";
+    if (by.size() > 1) line += "s";
+    for (size_t i = 0; i < by.size(); ++i) line += (i ? ", " : " ") + std::to_string(by[i]);
+    line += " failed waiting for it (" + first_message[blamed] + ")";
+    return RootCause{blamed, std::move(line)};
+  }
+  return std::nullopt;
+}
+
 }  // namespace gradwire

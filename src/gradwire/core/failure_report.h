@@ -8,6 +8,7 @@
 // text: "gradwire-failure 1", "blame R1 R2 ...", then the message on one line.
 #pragma once
 
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
@@ -26,5 +27,15 @@ void write_failure_report(const std::string& path, const FailureReport& report) 
 
 // The report at `path`; nullopt when there is none or it is not one.
 std::optional<FailureReport> read_failure_report(const std::string& path);
+
+// The root cause the reports of a failed job name (rank -> its report): a rank blamed by
+// some rank and itself blaming nobody (the victims of a hang blame the hung rank; it writes
+// nothing), the lowest such rank when there are several, with a line saying so: "rank 2 did
+// not arrive: ranks 0, 1 failed waiting for it (MESSAGE)". nullopt when no report blames one.
+struct RootCause {
+  int rank = 0;
+  std::string line;
+};
+std::optional<RootCause> root_cause(const std::map<int, FailureReport>& reports);
 
 }  // namespace gradwire

@@ -482,8 +482,8 @@ class Supervisor {
       result.message = first_failure_->message;
       for (const std::string& other : also_failed_) result.message += "; " + other;
       if (auto cause = blamed_root_cause()) {
-        result.failed_rank = cause->first;
-        result.message = cause->second + "; " + result.message;
+        result.failed_rank = cause->rank;
+        result.message = cause->line + "; " + result.message;
       }
     } else if (interrupt_signal_) {
       result.exit_code = 128 + *interrupt_signal_;
@@ -493,33 +493,15 @@ class Supervisor {
     return result;
   }
 
-  // The rank the ranks' failure reports blame, and a line saying so: a rank blamed by some
-  // rank and itself blaming nobody (the victims of a hang blame the hung rank; it writes
-  // nothing). The lowest such rank when there are several; nullopt when no report blames
-  // one.
-  std::optional<std::pair<int, std::string>> blamed_root_cause() const {
-    std::map<int, std::vector<int>> blamers;  // blamed rank -> the ranks that blame it
-    std::map<int, std::string> first_message;  // blamed rank -> the first blamer's message
-    std::set<int> reporters;
+  // The rank the ranks' failure reports blame, and a line saying so (failure_report.h).
+  std::optional<RootCause> blamed_root_cause() const {
+    std::map<int, FailureReport> reports;
     for (const RankProcess& process : ranks_) {
-      const auto report = read_failure_report(report_path(process.rank));
-      if (!report || report->blamed.empty()) continue;
-      reporters.insert(process.rank);
-      for (const int blamed : report->blamed) {
-        if (blamed == process.rank) continue;
-        blamers[blamed].push_back(process.rank);
-        first_message.emplace(blamed, report->message);
+      if (auto report = read_failure_report(report_path(process.rank))) {
+        reports.emplace(process.rank, std::move(*report));
       }
     }
-    for (const auto& [blamed, by] : blamers) {
-      if (reporters.count(blamed)) continue;
-      std::string line = "rank " + std::to_string(blamed) + " did not arrive: rank";
-      if (by.size() > 1) line += "s";
-      for (size_t i = 0; i < by.size(); ++i) line += (i ? ", " : " ") + std::to_string(by[i]);
-      line += " failed waiting for it (" + first_message[blamed] + ")";
-      return std::make_pair(blamed, line);
-    }
-    return std::nullopt;
+    return root_cause(reports);
   }
 
   struct Failure {
@@ -547,68 +529,6 @@ class Supervisor {
   std::vector<std::string> also_failed_;  // failed in the same reap pass as the first
   std::optional<int> interrupt_signal_;
 };
-
-void validate(const LaunchOptions& options) {
-  if (options.num_processes < 1) {
-    throw ConfigError("the number of processes must be at least 1, got " +
-                      std::to_string(options.num_processes));
-  }
-  if (options.command.empty() || options.command.front().empty()) {
-    throw ConfigError("no command to run: give the program and its arguments");
-  }
-  if (options.master_port < 0 || options.master_port > 65535) {
-    throw ConfigError("the master port must be in 0..65535 (0 picks a free one), got " +
-                      std::to_string(options.master_port));
-  }
-  if (options.master_addr.empty()) throw ConfigError("the master address is empty");
-  if (options.max_restarts < 0) {
-    throw ConfigError("the number of restarts must not be negative, got " +
-                      std::to_string(options.max_restarts));
-  }
-  if (options.nnodes < 1) {
-    throw ConfigError("the number of nodes must be at least 1, got " +
-                      std::to_string(options.nnodes));
-  }
-  if (options.node_rank < 0 || options.node_rank >= options.nnodes) {
-    throw ConfigError("the node rank must be in 0.." + std::to_string(options.nnodes - 1) +
-                      ", got " + std::to_string(options.node_rank));
-  }
-  if (options.nnodes > 1) {
-    if (options.master_port == 0) {
-      throw ConfigError("a job of " + std::to_string(options.nnodes) +
-                        " nodes needs an explicit master port, the same on every node");
-    }
-    if (options.ranks_per_host != 0 || !options.host_netns.empty()) {
-      throw ConfigError("emulated hosts (ranks per host, network namespaces) are for a job of "
-                        "one node");
-    }
-  }
-  if (options.grace_period.count() < 0) throw ConfigError("the grace period must not be negative");
-  if (options.threads_per_process && *options.threads_per_process < 1) {
-    throw ConfigError("threads per process must be at least 1, got " +
-                      std::to_string(*options.threads_per_process));
-  }
-  if (options.ranks_per_host < 0 ||
-      (options.ranks_per_host > 0 && options.num_processes % options.ranks_per_host != 0)) {
-    throw ConfigError("ranks per host (" + std::to_string(options.ranks_per_host) +
-                      ") must divide the number of processes (" +
-                      std::to_string(options.num_processes) + ")");
-  }
-  if (!options.host_netns.empty()) {
-    const int per_host =
-        options.ranks_per_host > 0 ? options.ranks_per_host : options.num_processes;
-    const size_t hosts = static_cast<size_t>(options.num_processes / per_host);
-    if (options.host_netns.size() != hosts) {
-      throw ConfigError(std::to_string(options.host_netns.size()) + " network namespaces for " +
-                        std::to_string(hosts) + " hosts");
-    }
-  }
-  for (const auto& [key, value] : options.extra_env) {
-    if (key.empty() || key.find('=') != std::string::npos) {
-      throw ConfigError("invalid environment variable name '" + key + "'");
-    }
-  }
-}
 
 }  // namespace
 
