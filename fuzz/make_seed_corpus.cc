@@ -13,7 +13,9 @@
 #include "codec_fuzz_cases.h"
 #include "gradwire/compress/registry.h"
 #include "gradwire/strategy/ps/job.h"
+#include "gradwire/core/atomic_file.h"
 #include "gradwire/strategy/ps/protocol.h"
+#include "gradwire/strategy/ps/server_checkpoint.h"
 
 namespace {
 
@@ -141,6 +143,19 @@ int main(int argc, char** argv) {
     write_file(ps_dir / ("message-" + std::to_string(i)), messages[i]);
     ++files;
   }
+  // A parameter server's checkpoint, unframed (the fuzzer frames what it is given).
+  const fs::path checkpoint_dir = root / "server_checkpoint";
+  fs::create_directories(checkpoint_dir);
+  ps::ServerCheckpoint checkpoint;
+  checkpoint.version = 7;
+  checkpoint.progress = {128, 20.0, 2000, 8000, 512};
+  checkpoint.slices.push_back({"fc.weight", "2bit", gradient_like(8, 3)});
+  checkpoint.slices.push_back({"fc.bias", "none", gradient_like(2, 4)});
+  checkpoint.updater_state = {1, 2, 3, 4};
+  checkpoint.staleness_counts = {5, 3, 1};
+  write_file(checkpoint_dir / "checkpoint-0",
+             gradwire::unframe_checkpoint(ps::encode_server_checkpoint(checkpoint)));
+  ++files;
   std::printf("wrote %zu seed files under %s\n", files, root.c_str());
   return 0;
 }

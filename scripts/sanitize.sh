@@ -30,11 +30,13 @@ echo "sanitize: unit tests under ASan+UBSan"
 
 echo "sanitize: fuzzing each target for ${seconds} s"
 for target in fuzz_codec_float fuzz_codec_sparse fuzz_codec_quantizer fuzz_codec_spectral \
-              fuzz_codec_lowrank fuzz_spec fuzz_ps_message fuzz_gossip_message; do
+              fuzz_codec_lowrank fuzz_spec fuzz_ps_message fuzz_gossip_message \
+              fuzz_server_checkpoint; do
   seeds="fuzz/corpus/${target#fuzz_codec_}"
   [ "$target" = fuzz_spec ] && seeds=fuzz/corpus/spec
   [ "$target" = fuzz_ps_message ] && seeds=fuzz/corpus/ps
   [ "$target" = fuzz_gossip_message ] && seeds=fuzz/corpus/gossip
+  [ "$target" = fuzz_server_checkpoint ] && seeds=fuzz/corpus/server_checkpoint
   findings="$build/fuzz-findings/$target"
   work="$(mktemp -d)"
   mkdir -p "$findings"

@@ -17,6 +17,7 @@
 #include "gradwire/strategy/ps/protocol.h"
 #include "gradwire/strategy/ps/ps_strategy.h"
 #include "gradwire/strategy/ps/server.h"
+#include "gradwire/strategy/ps/server_checkpoint.h"
 
 namespace gradwire::strategy::ps {
 namespace {
@@ -578,11 +579,49 @@ class CheckpointTest : public ::testing::Test {
 
 uint64_t checkpoint_version(const std::filesystem::path& file) {
   const auto bytes = read_file_if_exists(file.string());
-  if (!bytes) return 0;
-  const Bytes body = unframe_checkpoint(*bytes);
-  ByteReader reader(body);
-  reader.get<uint32_t>("layout");
-  return reader.get<uint64_t>("version");
+  return bytes ? decode_server_checkpoint(*bytes).version : 0;
+}
+
+// The file round-trips, and every truncation of its payload (framed again, so the CRC
+// passes) is a PayloadError, never an allocation of what the sizes claim.
+TEST(ServerCheckpointFile, RoundTripsAndRefusesEveryTruncation) {
+  ServerCheckpoint c;
+  c.version = 42;
+  c.progress = {640, 31.5, 5000, 20000, 1200};
+  c.slices.push_back({"fc.weight", "2bit", {1.5f, -2.0f, 0.25f}});
+  c.slices.push_back({"fc.bias", "none", {}});
+  c.updater_state = {9, 8, 7};
+  c.staleness_counts = {3, 2, 1};
+  const Bytes file = encode_server_checkpoint(c);
+  const ServerCheckpoint back = decode_server_checkpoint(file);
+  EXPECT_EQ(back.version, 42u);
+  EXPECT_EQ(back.progress.samples, 640u);
+  EXPECT_EQ(back.progress.loss_sum, 31.5);
+  EXPECT_EQ(back.progress.bytes_received, 1200u);
+  ASSERT_EQ(back.slices.size(), 2u);
+  EXPECT_EQ(back.slices[0].name, "fc.weight");
+  EXPECT_EQ(back.slices[0].codec, "2bit");
+  EXPECT_EQ(back.slices[0].weights, c.slices[0].weights);
+  EXPECT_TRUE(back.slices[1].weights.empty());
+  EXPECT_EQ(back.updater_state, c.updater_state);
+  EXPECT_EQ(back.staleness_counts, c.staleness_counts);
+  EXPECT_EQ(encode_server_checkpoint(back), file);
+
+  const Bytes body = unframe_checkpoint(file);
+  for (size_t n = 0; n < body.size(); ++n) {
+    EXPECT_THROW(decode_server_checkpoint(frame_checkpoint(std::span(body.data(), n))),
+                 PayloadError)
+        << n;
+  }
+  Bytes longer = body;
+  longer.push_back(0);
+  EXPECT_THROW(decode_server_checkpoint(frame_checkpoint(longer)), PayloadError);
+  // A slice claiming 2^32 - 1 weights in a small file.
+  Bytes huge = body;
+  const size_t count_at = 4 + 8 + 40 + 4 + (4 + 9) + (4 + 4);
+  ASSERT_EQ(huge[count_at], 3);
+  huge[count_at] = huge[count_at + 1] = huge[count_at + 2] = huge[count_at + 3] = 0xff;
+  EXPECT_THROW(decode_server_checkpoint(frame_checkpoint(huge)), PayloadError);
 }
 
 TEST_F(CheckpointTest, ARestartedJobResumesLosingAtMostNUpdates) {

@@ -1,5 +1,7 @@
 #include "gradwire/strategy/ps/protocol.h"
 
+#include <sstream>
+
 #include "gradwire/core/error.h"
 
 namespace gradwire::strategy::ps {
@@ -309,6 +311,32 @@ std::string parse_error(ByteReader& reader) {
   std::string text = reader.get_string("error text");
   reader.expect_end("error message");
   return text;
+}
+
+std::string hello_difference(const std::string& job_config,
+                             std::span<const SliceDescription> job_slices,
+                             const HelloMessage& hello) {
+  if (hello.config != job_config) {
+    std::istringstream a(job_config), b(hello.config);
+    std::string la, lb;
+    while (std::getline(a, la) && std::getline(b, lb)) {
+      if (la != lb) return "'" + lb + "' where the job has '" + la + "'";
+    }
+    return "a different configuration";
+  }
+  if (hello.slices.size() != job_slices.size()) {
+    return std::to_string(hello.slices.size()) + " slices where the job has " +
+           std::to_string(job_slices.size());
+  }
+  for (size_t i = 0; i < job_slices.size(); ++i) {
+    if (!(hello.slices[i] == job_slices[i])) {
+      const auto& d = hello.slices[i];
+      return "slice " + std::to_string(d.id) + " '" + d.info.name + "' with codec '" + d.codec +
+             "' where the job has '" + job_slices[i].info.name + "' with codec '" +
+             job_slices[i].codec + "'";
+    }
+  }
+  return "";
 }
 
 }  // namespace gradwire::strategy::ps

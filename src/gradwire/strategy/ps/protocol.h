@@ -92,6 +92,12 @@ struct HelloMessage {
   std::vector<std::vector<float>> initial;
 };
 
+// Where `hello` differs from the job a server runs (the first hello's configuration text
+// and slices): the first differing configuration line or slice, "" if none.
+std::string hello_difference(const std::string& job_config,
+                             std::span<const SliceDescription> job_slices,
+                             const HelloMessage& hello);
+
 struct PushMessage {
   uint64_t clock = 0;         // pushes this worker made before this one
   uint64_t base_version = 0;  // the server version the gradient was computed on

@@ -4,7 +4,6 @@
 #include <cmath>
 #include <cstdio>
 #include <optional>
-#include <sstream>
 #include <vector>
 
 #include "gradwire/compress/registry.h"
@@ -12,6 +11,7 @@
 #include "gradwire/core/error.h"
 #include "gradwire/strategy/ps/job.h"
 #include "gradwire/strategy/ps/protocol.h"
+#include "gradwire/strategy/ps/server_checkpoint.h"
 #include "gradwire/strategy/ps/staleness.h"
 #include "gradwire/strategy/ps/updater.h"
 
@@ -19,8 +19,6 @@ namespace gradwire::strategy::ps {
 namespace {
 
 using Clock = std::chrono::steady_clock;
-
-constexpr uint32_t kCheckpointLayout = 1;
 
 // The job cannot go on (its checkpoint directory is unusable, its checkpoint belongs to
 // another model, BSP lost a worker): the server tells every worker and stops.
@@ -173,30 +171,6 @@ struct ParameterServer::Impl {
                          " (remove it, or use another --checkpoint-dir)");
       }
     }
-  }
-
-  std::string first_difference(const HelloMessage& hello) const {
-    if (hello.config != config_text) {
-      std::istringstream a(config_text), b(hello.config);
-      std::string la, lb;
-      while (std::getline(a, la) && std::getline(b, lb)) {
-        if (la != lb) return "'" + lb + "' where the job has '" + la + "'";
-      }
-      return "a different configuration";
-    }
-    if (hello.slices.size() != slices.size()) {
-      return std::to_string(hello.slices.size()) + " slices where the job has " +
-             std::to_string(slices.size());
-    }
-    for (size_t i = 0; i < slices.size(); ++i) {
-      if (!(hello.slices[i] == slices[i].description)) {
-        const auto& d = hello.slices[i];
-        return "slice " + std::to_string(d.id) + " '" + d.info.name + "' with codec '" + d.codec +
-               "' where the job has '" + slices[i].description.info.name + "' with codec '" +
-               slices[i].description.codec + "'";
-      }
-    }
-    return "";
   }
 
   // --- replies -------------------------------------------------------------------------
@@ -437,7 +411,9 @@ struct ParameterServer::Impl {
 
   void on_hello(int index, const std::string& peer, const HelloMessage& hello) {
     if (!configured) configure(hello);
-    if (const std::string diff = first_difference(hello); !diff.empty()) {
+    std::vector<SliceDescription> job_slices;
+    for (const auto& s : slices) job_slices.push_back(s.description);
+    if (const std::string diff = hello_difference(config_text, job_slices, hello); !diff.empty()) {
       send_error(peer, "server " + std::to_string(options.index) + ": worker " +
                            std::to_string(index) + " sent " + diff +
                            "; every worker must run the same configuration");
@@ -585,28 +561,17 @@ struct ParameterServer::Impl {
   // --- checkpoints ---------------------------------------------------------------------
 
   void checkpoint() {
-    Bytes body;
-    ByteWriter writer(body);
-    writer.put<uint32_t>(kCheckpointLayout);
-    writer.put<uint64_t>(version);
+    ServerCheckpoint c;
+    c.version = version;
     const Progress p = progress();
-    put_stats(writer, {p.samples, p.loss_sum, p.bytes_sent, p.bytes_dense, p.bytes_received});
-    writer.put<uint32_t>(static_cast<uint32_t>(slices.size()));
+    c.progress = {p.samples, p.loss_sum, p.bytes_sent, p.bytes_dense, p.bytes_received};
     for (const auto& s : slices) {
-      writer.put_string(s.description.info.name);
-      writer.put_string(s.description.codec);
-      writer.put<uint32_t>(static_cast<uint32_t>(s.weights.size()));
-      writer.put_array<float>(s.weights);
+      c.slices.push_back({s.description.info.name, s.description.codec, s.weights});
     }
-    Bytes state;
-    updater->save(state);
-    writer.put<uint64_t>(state.size());
-    writer.put_array<uint8_t>(state);
-    const auto counts = staleness.counts();
-    writer.put<uint32_t>(static_cast<uint32_t>(counts.size()));
-    writer.put_array<uint64_t>(counts);
+    updater->save(c.updater_state);
+    c.staleness_counts = staleness.counts();
     try {
-      write_file_atomically(checkpoint_path(), frame_checkpoint(body));
+      write_file_atomically(checkpoint_path(), encode_server_checkpoint(c));
       ++counters.checkpoints;
     } catch (const Error& e) {
       ++counters.checkpoint_failures;
@@ -615,53 +580,42 @@ struct ParameterServer::Impl {
     last_checkpoint_version = version;
   }
 
+  // Nothing changes unless the whole checkpoint is this job's.
   void restore() {
     const auto file = read_file_if_exists(checkpoint_path());
     if (!file) return;
-    const Bytes body = unframe_checkpoint(*file);
-    ByteReader reader(body);
-    if (reader.get<uint32_t>("checkpoint layout") != kCheckpointLayout) {
-      throw PayloadError(checkpoint_path() + ": unknown checkpoint layout");
+    ServerCheckpoint c;
+    try {
+      c = decode_server_checkpoint(*file);
+    } catch (const PayloadError& e) {
+      throw PayloadError(checkpoint_path() + ": " + e.what());
     }
-    const uint64_t v = reader.get<uint64_t>("version");
-    const WorkerStats r = get_stats(reader);
-    const uint32_t n = reader.get<uint32_t>("slice count");
-    if (n != slices.size()) {
-      throw MismatchError(checkpoint_path() + " holds " + std::to_string(n) +
+    if (c.slices.size() != slices.size()) {
+      throw MismatchError(checkpoint_path() + " holds " + std::to_string(c.slices.size()) +
                           " slices; this job has " + std::to_string(slices.size()));
     }
-    std::vector<std::vector<float>> weights(n);
-    for (uint32_t i = 0; i < n; ++i) {
-      const std::string name = reader.get_string("slice name");
-      const std::string codec = reader.get_string("slice codec");
-      if (name != slices[i].description.info.name || codec != slices[i].description.codec) {
-        throw MismatchError(checkpoint_path() + ": slice " + std::to_string(i) + " is '" + name +
-                            "' (" + codec + "); this job has '" + slices[i].description.info.name +
-                            "' (" + slices[i].description.codec + ")");
+    for (size_t i = 0; i < slices.size(); ++i) {
+      const auto& have = c.slices[i];
+      const auto& want = slices[i].description;
+      if (have.name != want.info.name || have.codec != want.codec) {
+        throw MismatchError(checkpoint_path() + ": slice " + std::to_string(i) + " is '" +
+                            have.name + "' (" + have.codec + "); this job has '" +
+                            want.info.name + "' (" + want.codec + ")");
       }
-      const uint32_t count = reader.get<uint32_t>("weight count");
-      if (count != slices[i].weights.size()) {
-        throw MismatchError(checkpoint_path() + ": slice '" + name + "' size differs");
+      if (have.weights.size() != slices[i].weights.size()) {
+        throw MismatchError(checkpoint_path() + ": slice '" + have.name + "' size differs");
       }
-      weights[i].resize(count);
-      reader.get_array<float>(std::span<float>(weights[i]), "weights");
     }
-    const uint64_t state_size = reader.get<uint64_t>("updater state size");
-    if (state_size > reader.remaining()) throw PayloadError("truncated updater state");
-    updater->load(reader.get_bytes(state_size, "updater state"));
-    std::vector<uint64_t> counts(reader.get<uint32_t>("histogram size"));
-    if (counts.size() > reader.remaining() / 8) throw PayloadError("truncated histogram");
-    reader.get_array<uint64_t>(std::span<uint64_t>(counts), "histogram");
-    reader.expect_end("checkpoint");
-    for (uint32_t i = 0; i < n; ++i) slices[i].weights = std::move(weights[i]);
-    version = last_checkpoint_version = v;
-    counters.version = v;
-    resumed = r;
-    staleness = StalenessHistogram(counts);
+    updater->load(c.updater_state);
+    for (size_t i = 0; i < slices.size(); ++i) slices[i].weights = std::move(c.slices[i].weights);
+    version = last_checkpoint_version = c.version;
+    counters.version = c.version;
+    resumed = c.progress;
+    staleness = StalenessHistogram(c.staleness_counts);
     initialized = true;
     counters.resumed = true;
-    options.log("resumed from " + checkpoint_path() + " at version " + std::to_string(v) + ", " +
-                std::to_string(r.samples) + " samples");
+    options.log("resumed from " + checkpoint_path() + " at version " + std::to_string(c.version) +
+                ", " + std::to_string(c.progress.samples) + " samples");
   }
 };
 
