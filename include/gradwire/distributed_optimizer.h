@@ -76,6 +76,9 @@ struct GossipOptions {
       "adaptive";                  // every | period:K | adaptive[:calibration=..,kappa=..,t_max=..]
   std::string merge = "pairwise";  // pairwise | push-sum
   double peer_timeout_s = 30;      // a peer silent this long after an offer is dropped
+  // The offering worker waits for its answer before its step ends (synchronous pairwise
+  // gossip); by default it goes on training and merges the answer at a later step.
+  bool wait = false;
 };
 
 // What gossip workers did (DistributedOptimizer::gossip_summary(), gossip_report()): one

@@ -166,12 +166,42 @@ TEST(GossipStrategyTest, PeriodicTriggerOffersEveryKSteps) {
   }
 }
 
+// --gossip-wait: a fast worker paired with a slow one still offers at every step, because
+// each step ends only once its offer is answered; without waiting it goes on and offers
+// only when the slow one has answered. Either way the merges keep the sum.
+TEST(GossipStrategyTest, AWaitingWorkerHasEveryOfferAnsweredWithinItsStep) {
+  constexpr int kSteps = 20;
+  const auto pause = [](int rank, int) {
+    return std::chrono::microseconds(rank == 1 ? 20000 : 200);
+  };
+  for (const bool wait : {true, false}) {
+    GossipOptions options;
+    options.trigger = "every";
+    options.wait = wait;
+    const auto r = run_gossip(2, options, kSteps, dyadic, pause);
+    const GossipStats& fast = r.stats[0];
+    if (wait) {
+      EXPECT_EQ(fast.offers, static_cast<uint64_t>(kSteps));
+      for (const auto between : fast.steps_between) EXPECT_EQ(between, 1u);
+    } else {
+      EXPECT_LT(fast.offers, static_cast<uint64_t>(kSteps / 2));
+    }
+    const auto a = flat(r.after_finish[0]);
+    ASSERT_EQ(a, flat(r.after_finish[1])) << wait;
+    // Many merges: halves of halves leave float's precision, so the sum is kept to rounding.
+    for (size_t i = 0; i < a.size(); ++i) {
+      EXPECT_NEAR(a[i], (dyadic(0, i) + dyadic(1, i)) / 2, 1e-5) << i << " " << wait;
+    }
+  }
+}
+
 TEST(GossipStrategyTest, RandomStepTimesNeverDeadlock) {
   // Workers of very different speeds, every topology: all finish (run_local_ranks bounds
   // the time) with one model.
-  for (const std::string topology : {"ring", "exponential", "random"}) {
+  for (const std::string topology : {"ring", "exponential", "random", "ring+wait"}) {
     GossipOptions options;
-    options.topology = topology;
+    options.topology = topology.substr(0, topology.find('+'));
+    options.wait = topology.find("+wait") != std::string::npos;  // all wait on one another
     options.trigger = "every";
     std::mt19937 rng(5);
     std::vector<std::vector<int>> pauses(4, std::vector<int>(60));

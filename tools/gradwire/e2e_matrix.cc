@@ -115,8 +115,9 @@ Config parse_config(const std::string& text) {
     strategy::ps::Consistency::parse(c.consistency);  // ConfigError naming the choices
     return c;
   }
-  if (text.rfind("gossip:", 0) == 0) {
-    c.gossip_trigger = text.substr(7);
+  if (text.rfind("gossip:", 0) == 0 || text.rfind("gossip-wait:", 0) == 0) {
+    c.gossip_wait = text.rfind("gossip-wait:", 0) == 0;
+    c.gossip_trigger = text.substr(text.find(':') + 1);
     try {
       strategy::gossip::Trigger::parse(c.gossip_trigger);
     } catch (const ConfigError& e) {
@@ -220,6 +221,7 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
            run.config.gossip_trigger,
            "--momentum",
            number(s.momentum)};
+    if (run.config.gossip_wait) cmd.push_back("--gossip-wait");
   } else {
     cmd = {self,         "train",           "--worker", "--compressor", run.config.codec,
            "--momentum", number(s.momentum)};

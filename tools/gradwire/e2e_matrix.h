@@ -9,6 +9,8 @@
 //                             the run, as DDP's documentation advises)
 //   ps:UPDATER[:CONSISTENCY]  gradwire on one parameter server (its own host) with UPDATER
 //                             (ddc-asgd, dc-asgd, ...) under CONSISTENCY (default asp)
+//   gossip:TRIGGER            gradwire gossip (ring, pairwise) with TRIGGER (every, period:K,
+//                             adaptive[:...]); gossip-wait:TRIGGER: with --gossip-wait
 //   SPEC                      gradwire allreduce with codec SPEC (none, fp16, hylo, ...)
 #pragma once
 
@@ -58,6 +60,7 @@ struct Config {
   std::string codec;                 // gradwire allreduce: the --compressor spec
   std::string updater, consistency;  // ps
   std::string gossip_trigger;        // gossip: every, period:K, adaptive (ring topology)
+  bool gossip_wait = false;          // gossip-wait:TRIGGER: --gossip-wait
   bool ps() const { return !updater.empty(); }
   bool gossip() const { return !gossip_trigger.empty(); }
 };

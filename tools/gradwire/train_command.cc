@@ -100,6 +100,7 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
     cmd.insert(cmd.end(), {"--topology", o.gossip.topology, "--gossip-trigger", o.gossip.trigger,
                            "--gossip-merge", o.gossip.merge, "--peer-timeout",
                            std::to_string(o.gossip.peer_timeout_s)});
+    if (o.gossip.wait) cmd.push_back("--gossip-wait");
   }
   if (!o.data_dir.empty()) cmd.insert(cmd.end(), {"--data-dir", o.data_dir});
   if (!o.metrics_path.empty()) cmd.insert(cmd.end(), {"--metrics", o.metrics_path});
@@ -230,6 +231,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--gossip-merge", o.gossip.merge, "Gossip: pairwise or push-sum")
       ->capture_default_str();
+  cmd->add_flag("--gossip-wait", o.gossip.wait,
+               "Gossip: the offering worker waits for its answer before its step ends");
   cmd->add_option("--peer-timeout", o.gossip.peer_timeout_s,
                   "Gossip: seconds of silence after which a peer is presumed lost")
       ->capture_default_str();

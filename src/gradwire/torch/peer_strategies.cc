@@ -25,6 +25,7 @@ std::unique_ptr<strategy::Strategy> make_gossip_strategy(const std::shared_ptr<C
   o.topology = gossip.topology;
   o.trigger = gossip.trigger;
   o.merge = gossip.merge;
+  o.wait = gossip.wait;
   o.codec = codec;
   o.peer_timeout = std::chrono::milliseconds(static_cast<int64_t>(gossip.peer_timeout_s * 1000));
   // The job's token: rank 0 draws it, every worker learns it before any message flows.

@@ -76,7 +76,8 @@ GossipStrategy::~GossipStrategy() = default;
 
 std::string GossipStrategy::describe() const {
   return "topology " + topology_.canonical() + ", trigger " + trigger_.canonical() + ", merge " +
-         options_.merge + ", codec " + options_.codec;
+         options_.merge + ", codec " + options_.codec +
+         (options_.wait ? ", waits for answers" : "");
 }
 
 void GossipStrategy::start(std::span<const compress::TensorInfo> tensors,
@@ -323,32 +324,51 @@ void GossipStrategy::merge_push(const FloatSpans& params, const Model& x, double
 
 void GossipStrategy::service(const FloatSpans& params, bool finishing) {
   while (auto received = transport_->receive(std::chrono::milliseconds(0))) {
-    try {
-      const Message m = parse(received->bytes);
-      const int sender = static_cast<int>(m.sender);
-      // A peer this worker dropped is not offered to any more, but what it still sends is
-      // taken: a push carries mass, an offer can be answered. An answer that comes after
-      // its offer timed out finds no pending offer and is dropped (the price of never
-      // waiting forever: that merge then happened on the peer's side only).
-      if (m.token != options_.token || sender < 0 || sender >= collectives_.size() ||
-          sender == collectives_.rank() || received->peer != peer_name(sender)) {
-        ++stats_.dropped_messages;
-        continue;
-      }
-      last_heard_[sender] = Clock::now();
-      handle(m, params, finishing);
-    } catch (const PayloadError&) {
-      ++stats_.dropped_messages;
-    } catch (const MismatchError&) {
-      ++stats_.dropped_messages;
-    }
+    take(*received, params, finishing);
   }
+  expire_offer();
+  send_heartbeats();
+}
+
+void GossipStrategy::take(const comm::Received& received, const FloatSpans& params,
+                          bool finishing) {
+  try {
+    const Message m = parse(received.bytes);
+    const int sender = static_cast<int>(m.sender);
+    // A peer this worker dropped is not offered to any more, but what it still sends is
+    // taken: a push carries mass, an offer can be answered. An answer that comes after
+    // its offer timed out finds no pending offer and is dropped (the price of never
+    // waiting forever: that merge then happened on the peer's side only).
+    if (m.token != options_.token || sender < 0 || sender >= collectives_.size() ||
+        sender == collectives_.rank() || received.peer != peer_name(sender)) {
+      ++stats_.dropped_messages;
+      return;
+    }
+    last_heard_[sender] = Clock::now();
+    handle(m, params, finishing);
+  } catch (const PayloadError&) {
+    ++stats_.dropped_messages;
+  } catch (const MismatchError&) {
+    ++stats_.dropped_messages;
+  }
+}
+
+void GossipStrategy::expire_offer() {
   if (pending_ && Clock::now() - pending_->sent > options_.peer_timeout) {
     topology_.drop(pending_->peer);  // silent past the timeout: presumed gone
     stats_.dropped_peers = topology_.dropped();
     pending_.reset();  // a push's mass went with it, or is at the peer: nothing to restore
   }
-  send_heartbeats();
+}
+
+void GossipStrategy::await_answer(const FloatSpans& params) {
+  TimelineSpan span("gossip wait", "wait");
+  constexpr auto kSlice = std::chrono::milliseconds(50);  // heartbeats go on meanwhile
+  while (pending_) {
+    if (auto received = transport_->receive(kSlice)) take(*received, params, false);
+    expire_offer();
+    send_heartbeats();
+  }
 }
 
 void GossipStrategy::send_heartbeats() {
@@ -376,6 +396,7 @@ void GossipStrategy::after_update(const FloatSpans& params) {
   service(params, /*finishing=*/false);
   if (trigger_.after_step(step_change, drift) && !pending_) {
     if (const auto peer = topology_.next_peer()) offer(*peer, params);
+    if (options_.wait) await_answer(params);
     trigger_.exchanged();
     copy_into(params, reference_);
   }

@@ -16,7 +16,10 @@
 // are preserved and every x converges to the average.
 //
 // Messages are serviced at every step (after the optimizer's update), so an answer takes
-// at most one of the peer's steps. A peer that has not answered an offer within
+// at most one of the peer's steps. With `wait` (--gossip-wait) the offering worker waits
+// for its answer before its step ends, servicing what comes meanwhile (so workers waiting
+// on each other answer each other): synchronous pairwise gossip, the baseline of the
+// adaptive trigger's paper, whose merges are never more than a step old. A peer that has not answered an offer within
 // `peer_timeout` is dropped from the topology: no more offers to it (an answer that comes
 // after the timeout is dropped, so that merge happened on the peer's side only: the price
 // of never waiting forever). Messages with a wrong token, from an unknown sender, or
@@ -64,6 +67,7 @@ struct GossipOptions {
   std::string codec = "none";        // layer policy for the exchanged models
   uint64_t token = 0;                // the job's token: messages without it are dropped
   std::chrono::milliseconds peer_timeout{std::chrono::seconds(30)};
+  bool wait = false;  // the offering worker waits for its answer (see above)
 };
 
 // What rank 0 knows of the job at a report or at the end.
@@ -114,7 +118,14 @@ class GossipStrategy : public Strategy {
   struct Pending;
   using Clock = std::chrono::steady_clock;
   bool root() const { return collectives_.rank() == 0; }
+  // Handles every message already here, then gives up on an offer silent past the timeout.
   void service(const FloatSpans& params, bool finishing);
+  // One received message: checked, then handled; a bad one is dropped and counted.
+  void take(const comm::Received& received, const FloatSpans& params, bool finishing);
+  // Drops the peer of an offer unanswered for peer_timeout.
+  void expire_offer();
+  // --gossip-wait: services messages until this worker's offer is answered or given up.
+  void await_answer(const FloatSpans& params);
   void handle(const Message& m, const FloatSpans& params, bool finishing);
   void send_heartbeats();
   Message model_message(MessageType type, uint64_t step, Bytes note);
