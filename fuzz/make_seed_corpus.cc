@@ -12,8 +12,8 @@
 
 #include "codec_fuzz_cases.h"
 #include "gradwire/compress/registry.h"
-#include "gradwire/strategy/ps/job.h"
 #include "gradwire/core/atomic_file.h"
+#include "gradwire/strategy/ps/job.h"
 #include "gradwire/strategy/ps/protocol.h"
 #include "gradwire/strategy/ps/server_checkpoint.h"
 

@@ -35,7 +35,6 @@ std::string temp_path(const std::string& name) {
   return gradwire::testing::temp_path("gradwire_cluster_test_", name);
 }
 
-
 // A `gradwire cluster` started in the background with its output in a file. Whatever the
 // test does, the process is killed and its namespaces are removed when this goes.
 class BackgroundCluster {
@@ -365,7 +364,6 @@ TEST(BenchE2eTest, TinyMatrixWritesCsvAndPlots) {
   std::filesystem::remove_all(out);
 }
 
-
 // The accuracy line the example's rank 0 prints ("epoch 1 test accuracy 0.7310").
 std::string accuracy_line(const std::string& output) {
   const size_t at = output.find("test accuracy");
@@ -384,7 +382,8 @@ TEST(ClusterCliTest, TwoNodesOfTwoRanksTrainLikeOneLaunchOfFour) {
   const auto nodes = run_command(
       cli + " cluster --hosts 2 --bandwidth 1gbit -- /bin/sh -c '" + cli +
           " run --nnodes 2 --node-rank $GROUP_RANK --nproc-per-node 2 --master-addr $MASTER_ADDR"
-          " --master-port 29610 -- " + example + "'",
+          " --master-port 29610 -- " +
+          example + "'",
       240);
   ASSERT_EQ(nodes.status, 0) << nodes.output;
   const auto single = run_command(cli + " run -n 4 -- " + example, 240);

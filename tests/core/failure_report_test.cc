@@ -11,7 +11,8 @@ namespace gradwire {
 namespace {
 
 std::string fresh_path(const std::string& name) {
-  const std::string path = "/tmp/gradwire_failure_report_test_" + std::to_string(::getpid()) + "_" + name;
+  const std::string path =
+      "/tmp/gradwire_failure_report_test_" + std::to_string(::getpid()) + "_" + name;
   std::remove(path.c_str());
   return path;
 }

@@ -423,7 +423,8 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
   e2e->add_option("--configs", args->configs,
                   "configurations (space-separated): ddp:HOOK (ddp:powersgd:rank=R,start=N), "
                   "ps:UPDATER[:CONSISTENCY], "
-                  "gossip:TRIGGER (every, period:K, adaptive), gossip-wait:TRIGGER (--gossip-wait) or a codec spec; default: every "
+                  "gossip:TRIGGER (every, period:K, adaptive), gossip-wait:TRIGGER (--gossip-wait) "
+                  "or a codec spec; default: every "
                   "DDP hook and gradwire's main codecs");
   e2e->add_option("--epochs", s.epochs)->capture_default_str();
   e2e->add_option("--target-accuracy", args->targets,

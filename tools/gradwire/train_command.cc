@@ -232,7 +232,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--gossip-merge", o.gossip.merge, "Gossip: pairwise or push-sum")
       ->capture_default_str();
   cmd->add_flag("--gossip-wait", o.gossip.wait,
-               "Gossip: the offering worker waits for its answer before its step ends");
+                "Gossip: the offering worker waits for its answer before its step ends");
   cmd->add_option("--peer-timeout", o.gossip.peer_timeout_s,
                   "Gossip: seconds of silence after which a peer is presumed lost")
       ->capture_default_str();

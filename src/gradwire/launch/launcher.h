@@ -43,8 +43,8 @@ struct LaunchResult {
   std::vector<std::string> restarted_after;
 };
 
-// Runs the ranks to completion. Throws ConfigError for invalid options (validate()) and SystemError when a
-// process cannot be started; a program that cannot be executed is a failed rank (status 127,
+// Runs the ranks to completion. Throws ConfigError for invalid options (validate()) and SystemError
+// when a process cannot be started; a program that cannot be executed is a failed rank (status 127,
 // the reason in the message). Runs in one process take turns: signal handling is process-wide.
 LaunchResult run_processes(const LaunchOptions& options);
 

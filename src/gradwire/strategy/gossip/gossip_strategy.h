@@ -19,10 +19,10 @@
 // at most one of the peer's steps. With `wait` (--gossip-wait) the offering worker waits
 // for its answer before its step ends, servicing what comes meanwhile (so workers waiting
 // on each other answer each other): synchronous pairwise gossip, the baseline of the
-// adaptive trigger's paper, whose merges are never more than a step old. A peer that has not answered an offer within
-// `peer_timeout` is dropped from the topology: no more offers to it (an answer that comes
-// after the timeout is dropped, so that merge happened on the peer's side only: the price
-// of never waiting forever). Messages with a wrong token, from an unknown sender, or
+// adaptive trigger's paper, whose merges are never more than a step old. A peer that has not
+// answered an offer within `peer_timeout` is dropped from the topology: no more offers to it (an
+// answer that comes after the timeout is dropped, so that merge happened on the peer's side only:
+// the price of never waiting forever). Messages with a wrong token, from an unknown sender, or
 // malformed, are dropped and counted.
 //
 // No collective runs after start(), so the others go on when a worker dies. Rank 0 holds

@@ -109,7 +109,8 @@ struct ParameterServer::Impl {
 
   void send(const WorkerState& worker, const Bytes& bytes) {
     if (!transport.send(worker.peer, bytes)) {
-      options.log("could not reach " + printable_identity(worker.peer) + " (gone?); message dropped");
+      options.log("could not reach " + printable_identity(worker.peer) +
+                  " (gone?); message dropped");
     }
   }
 
@@ -541,11 +542,13 @@ struct ParameterServer::Impl {
           throw;
         } catch (const ConfigError& e) {
           ++counters.malformed;
-          options.log("refused a message from " + printable_identity(message->peer) + ": " + e.what());
+          options.log("refused a message from " + printable_identity(message->peer) + ": " +
+                      e.what());
           send_error(message->peer, "server " + std::to_string(options.index) + ": " + e.what());
         } catch (const Error& e) {
           ++counters.malformed;
-          options.log("dropped a message from " + printable_identity(message->peer) + ": " + e.what());
+          options.log("dropped a message from " + printable_identity(message->peer) + ": " +
+                      e.what());
         }
       }
       try {
@@ -599,8 +602,8 @@ struct ParameterServer::Impl {
       const auto& want = slices[i].description;
       if (have.name != want.info.name || have.codec != want.codec) {
         throw MismatchError(checkpoint_path() + ": slice " + std::to_string(i) + " is '" +
-                            have.name + "' (" + have.codec + "); this job has '" +
-                            want.info.name + "' (" + want.codec + ")");
+                            have.name + "' (" + have.codec + "); this job has '" + want.info.name +
+                            "' (" + want.codec + ")");
       }
       if (have.weights.size() != slices[i].weights.size()) {
         throw MismatchError(checkpoint_path() + ": slice '" + have.name + "' size differs");
