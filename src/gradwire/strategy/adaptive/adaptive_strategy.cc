@@ -66,7 +66,8 @@ AdaptiveOptions AdaptiveOptions::parse(const std::string& text) {
   const Spec spec = Spec::parse(text);
   SpecReader reader(spec, "codec");
   AdaptiveOptions o;
-  o.rank = static_cast<int>(reader.get_int_in("rank", o.rank, 1, 1024));
+  const int default_rank = spec.name == "accordion" ? AdaptiveOptions::kAccordionRank : o.rank;
+  o.rank = static_cast<int>(reader.get_int_in("rank", default_rank, 1, 1024));
   o.window = static_cast<size_t>(reader.get_int_in("window", 50, 1, 1'000'000));
   o.eta = reader.get_double_in("eta", o.eta, 1e-6, 1e6);
   Spec canonical{spec.name, {}};
