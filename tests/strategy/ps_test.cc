@@ -18,6 +18,7 @@
 #include "gradwire/strategy/ps/ps_strategy.h"
 #include "gradwire/strategy/ps/server.h"
 #include "gradwire/strategy/ps/server_checkpoint.h"
+#include "gradwire/strategy/ps/server_slice.h"
 
 namespace gradwire::strategy::ps {
 namespace {
@@ -622,6 +623,61 @@ TEST(ServerCheckpointFile, RoundTripsAndRefusesEveryTruncation) {
   ASSERT_EQ(huge[count_at], 3);
   huge[count_at] = huge[count_at + 1] = huge[count_at + 2] = huge[count_at + 3] = 0xff;
   EXPECT_THROW(decode_server_checkpoint(frame_checkpoint(huge)), PayloadError);
+}
+
+// A checkpoint is used only by the job whose slices it holds: count, names, codecs, sizes.
+TEST(ServerCheckpointFile, FitsOnlyTheJobWhoseSlicesItHolds) {
+  ServerCheckpoint c;
+  c.slices.push_back({"fc.weight", "2bit", {1.5f, -2.0f, 0.25f}});
+  std::vector<SliceDescription> job(1);
+  job[0].info = {"fc.weight", {3}, compress::LayerKind::kOther};
+  job[0].codec = "2bit";
+  EXPECT_NO_THROW(check_checkpoint_fits(c, job, "server-0.ckpt"));
+  auto refused = [&](std::vector<SliceDescription> other) {
+    EXPECT_THROW(check_checkpoint_fits(c, other, "server-0.ckpt"), MismatchError);
+  };
+  auto renamed = job;
+  renamed[0].info.name = "fc.bias";
+  refused(renamed);
+  auto recoded = job;
+  recoded[0].codec = "none";
+  refused(recoded);
+  auto resized = job;
+  resized[0].info.shape = {4};
+  refused(resized);
+  refused({});
+}
+
+// What a worker holds after decoding a pull is what the server records for it: after a
+// lossy pull the next delta carries what the codec left out, so held tracks the weights.
+TEST(ServerSlicePull, DeltasCarryWhatALossyPullLeftOut) {
+  std::vector<SliceDescription> descriptions(1);
+  descriptions[0].id = 7;
+  descriptions[0].info = {"w", {4}, compress::LayerKind::kOther};
+  descriptions[0].codec = "none";
+  auto slices = make_server_slices(descriptions, "fp16");
+  slices[0].weights = {1.0f, -2.0f, 1.0f / 3.0f, 1e-3f};
+  std::vector<std::vector<float>> held;
+  auto whole = encode_pull(slices, PullForm::kWhole, &held);
+  ASSERT_EQ(whole.size(), 1u);
+  EXPECT_EQ(whole[0].id, 7u);
+  EXPECT_EQ(held[0], slices[0].weights);  // f32: exact
+  slices[0].weights[2] += 0.1f;
+  encode_pull(slices, PullForm::kDelta, &held);
+  // fp16 rounds the delta 0.1: held is within fp16's rounding of it, not exact.
+  EXPECT_NEAR(held[0][2], slices[0].weights[2], 1e-4);
+  EXPECT_EQ(held[0][0], 1.0f);  // a zero delta adds nothing
+  // Plain weights through fp16: held is their fp16 rounding, and the delta after it
+  // carries the rounding error back (fp16 of a value ~1e-4 is exact to ~1e-7).
+  encode_pull(slices, PullForm::kWeights, &held);
+  const float rounded = held[0][2];
+  EXPECT_NE(rounded, slices[0].weights[2]);
+  encode_pull(slices, PullForm::kDelta, &held);
+  EXPECT_NEAR(held[0][2], slices[0].weights[2], 1e-7);
+  EXPECT_LT(std::abs(held[0][2] - slices[0].weights[2]), std::abs(rounded - slices[0].weights[2]));
+  // Without a copy there is nothing to take a delta against.
+  EXPECT_THROW(encode_pull(slices, PullForm::kDelta, nullptr), Error);
+  EXPECT_EQ(encode_pull(slices, PullForm::kWeights, nullptr).size(), 1u);
 }
 
 TEST_F(CheckpointTest, ARestartedJobResumesLosingAtMostNUpdates) {

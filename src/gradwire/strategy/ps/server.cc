@@ -6,12 +6,12 @@
 #include <optional>
 #include <vector>
 
-#include "gradwire/compress/registry.h"
 #include "gradwire/core/atomic_file.h"
 #include "gradwire/core/error.h"
 #include "gradwire/strategy/ps/job.h"
 #include "gradwire/strategy/ps/protocol.h"
 #include "gradwire/strategy/ps/server_checkpoint.h"
+#include "gradwire/strategy/ps/server_slice.h"
 #include "gradwire/strategy/ps/staleness.h"
 #include "gradwire/strategy/ps/updater.h"
 
@@ -32,15 +32,6 @@ std::string seconds_text(double s) {
   std::snprintf(text, sizeof(text), "%.1f", s);
   return text;
 }
-
-struct SliceState {
-  SliceDescription description;
-  std::unique_ptr<compress::Codec> decoder;      // the workers' push codec for this slice
-  std::unique_ptr<compress::Codec> pull_codec;   // weights (or deltas) back to workers
-  std::unique_ptr<compress::Codec> whole_codec;  // `none`: whole weights on first contact
-  std::vector<float> weights;
-  std::vector<float> sum;  // BSP: this clock's gradients, summed
-};
 
 // What a worker waits for from this server, if anything.
 enum class Pending {
@@ -78,7 +69,7 @@ struct ParameterServer::Impl {
   bool initialized = false;
   std::string config_text;
   JobConfig config;
-  std::vector<SliceState> slices;
+  std::vector<ServerSlice> slices;
   std::unique_ptr<Updater> updater;
   // w_bak(m) costs 4 N_s W bytes; it is kept only where something reads it: the
   // delay-compensating updaters and delta pulls.
@@ -118,6 +109,12 @@ struct ParameterServer::Impl {
     transport.send(peer, encode_error(header(), text));
   }
 
+  std::vector<SliceDescription> descriptions() const {
+    std::vector<SliceDescription> out;
+    for (const auto& s : slices) out.push_back(s.description);
+    return out;
+  }
+
   std::string checkpoint_path() const {
     return config.checkpoint_dir + "/server-" + std::to_string(options.index) + ".ckpt";
   }
@@ -130,15 +127,7 @@ struct ParameterServer::Impl {
       throw ConfigError("server " + std::to_string(options.index) + " is not among the job's " +
                         std::to_string(c.num_servers) + " servers");
     }
-    std::vector<SliceState> new_slices(hello.slices.size());
-    for (size_t i = 0; i < hello.slices.size(); ++i) {
-      auto& s = new_slices[i];
-      s.description = hello.slices[i];
-      s.decoder = compress::create_codec(s.description.codec, s.description.info);
-      s.pull_codec = compress::create_codec(c.pull.codec, s.description.info);
-      s.whole_codec = compress::create_codec("none", s.description.info);
-      s.weights.assign(s.description.info.numel(), 0.0f);
-    }
+    std::vector<ServerSlice> new_slices = make_server_slices(hello.slices, c.pull.codec);
     std::vector<size_t> sizes;
     for (const auto& s : new_slices) sizes.push_back(s.weights.size());
     UpdaterOptions updater_options = UpdaterOptions::parse(c.updater);
@@ -195,50 +184,18 @@ struct ParameterServer::Impl {
     return p;
   }
 
-  // Weights for worker `w`: the weights through the pull codec, or their delta against
-  // what it holds. `whole` forces whole weights in f32 (first contact).
+  // Weights for worker `w`: whole (first contact), or through the pull codec, as they are
+  // or as their delta against what it holds.
   WeightsMessage weights_for(WorkerState& w, bool whole) {
     WeightsMessage m;
     m.version = version;
     m.progress = progress();
     m.delta = !whole && config.pull.delta;
-    if (w.backup.size() != slices.size()) w.backup.resize(slices.size());
-    if (!keep_backups) {
-      for (size_t i = 0; i < slices.size(); ++i) {
-        SlicePayload out;
-        out.id = slices[i].description.id;
-        (whole ? slices[i].whole_codec : slices[i].pull_codec)
-            ->encode(slices[i].weights, out.payload);
-        m.weights.push_back(std::move(out));
-      }
-      return m;
-    }
-    for (size_t i = 0; i < slices.size(); ++i) {
-      if (w.backup[i].size() != slices[i].weights.size()) {
-        w.backup[i].assign(slices[i].weights.size(), 0);
-      }
-    }
-    std::vector<float> delta;
-    for (size_t i = 0; i < slices.size(); ++i) {
-      auto& s = slices[i];
-      SlicePayload out;
-      out.id = s.description.id;
-      auto& backup = w.backup[i];
-      if (whole) {
-        s.whole_codec->encode(s.weights, out.payload);
-        backup = s.weights;
-      } else if (m.delta) {
-        delta.resize(s.weights.size());
-        for (size_t j = 0; j < delta.size(); ++j) delta[j] = s.weights[j] - backup[j];
-        s.pull_codec->encode(delta, out.payload);
-        s.pull_codec->decode_add(out.payload, backup);
-      } else {
-        s.pull_codec->encode(s.weights, out.payload);
-        std::fill(backup.begin(), backup.end(), 0.0f);
-        s.pull_codec->decode_add(out.payload, backup);
-      }
-      m.weights.push_back(std::move(out));
-    }
+    const PullForm form = whole     ? PullForm::kWhole
+                          : m.delta ? PullForm::kDelta
+                                    : PullForm::kWeights;
+    if (w.backup.size() != slices.size()) w.backup.resize(slices.size());  // empty if not kept
+    m.weights = encode_pull(slices, form, keep_backups ? &w.backup : nullptr);
     return m;
   }
 
@@ -412,9 +369,8 @@ struct ParameterServer::Impl {
 
   void on_hello(int index, const std::string& peer, const HelloMessage& hello) {
     if (!configured) configure(hello);
-    std::vector<SliceDescription> job_slices;
-    for (const auto& s : slices) job_slices.push_back(s.description);
-    if (const std::string diff = hello_difference(config_text, job_slices, hello); !diff.empty()) {
+    if (const std::string diff = hello_difference(config_text, descriptions(), hello);
+        !diff.empty()) {
       send_error(peer, "server " + std::to_string(options.index) + ": worker " +
                            std::to_string(index) + " sent " + diff +
                            "; every worker must run the same configuration");
@@ -593,22 +549,7 @@ struct ParameterServer::Impl {
     } catch (const PayloadError& e) {
       throw PayloadError(checkpoint_path() + ": " + e.what());
     }
-    if (c.slices.size() != slices.size()) {
-      throw MismatchError(checkpoint_path() + " holds " + std::to_string(c.slices.size()) +
-                          " slices; this job has " + std::to_string(slices.size()));
-    }
-    for (size_t i = 0; i < slices.size(); ++i) {
-      const auto& have = c.slices[i];
-      const auto& want = slices[i].description;
-      if (have.name != want.info.name || have.codec != want.codec) {
-        throw MismatchError(checkpoint_path() + ": slice " + std::to_string(i) + " is '" +
-                            have.name + "' (" + have.codec + "); this job has '" + want.info.name +
-                            "' (" + want.codec + ")");
-      }
-      if (have.weights.size() != slices[i].weights.size()) {
-        throw MismatchError(checkpoint_path() + ": slice '" + have.name + "' size differs");
-      }
-    }
+    check_checkpoint_fits(c, descriptions(), checkpoint_path());
     updater->load(c.updater_state);
     for (size_t i = 0; i < slices.size(); ++i) slices[i].weights = std::move(c.slices[i].weights);
     version = last_checkpoint_version = c.version;

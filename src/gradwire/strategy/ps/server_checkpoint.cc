@@ -66,4 +66,24 @@ ServerCheckpoint decode_server_checkpoint(std::span<const uint8_t> file) {
   return c;
 }
 
+void check_checkpoint_fits(const ServerCheckpoint& checkpoint,
+                           std::span<const SliceDescription> job, const std::string& path) {
+  if (checkpoint.slices.size() != job.size()) {
+    throw MismatchError(path + " holds " + std::to_string(checkpoint.slices.size()) +
+                        " slices; this job has " + std::to_string(job.size()));
+  }
+  for (size_t i = 0; i < job.size(); ++i) {
+    const auto& have = checkpoint.slices[i];
+    const auto& want = job[i];
+    if (have.name != want.info.name || have.codec != want.codec) {
+      throw MismatchError(path + ": slice " + std::to_string(i) + " is '" + have.name + "' (" +
+                          have.codec + "); this job has '" + want.info.name + "' (" + want.codec +
+                          ")");
+    }
+    if (have.weights.size() != want.info.numel()) {
+      throw MismatchError(path + ": slice '" + have.name + "' size differs");
+    }
+  }
+}
+
 }  // namespace gradwire::strategy::ps

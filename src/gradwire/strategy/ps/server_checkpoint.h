@@ -37,4 +37,9 @@ Bytes encode_server_checkpoint(const ServerCheckpoint& checkpoint);
 // left over. Sizes are checked against the bytes present before anything is allocated.
 ServerCheckpoint decode_server_checkpoint(std::span<const uint8_t> file);
 
+// MismatchError, naming `path`, unless the checkpoint holds exactly the job's slices: the
+// same count, and per slice the same name, codec and size.
+void check_checkpoint_fits(const ServerCheckpoint& checkpoint,
+                           std::span<const SliceDescription> job, const std::string& path);
+
 }  // namespace gradwire::strategy::ps
