@@ -111,7 +111,10 @@ struct DistributedOptions {
   std::string strategy = "allreduce";  // "allreduce", "ps" or "gossip"
   // A codec spec ("topk:density=0.01"), a layer policy ("conv=...,fc=..."), or an adaptive
   // codec: "auto" measures none, fp16, int8 and PowerSGD in this job and picks (docs/CODECS.md).
-  std::string compressor = "none";
+  // Empty (the default): "auto" for allreduce, "none" for ps and gossip. auto's choice
+  // rests on measured step times, so two runs of one job may pick differently; a fixed
+  // codec ("none") repeats a run bit for bit.
+  std::string compressor;
   size_t bucket_bytes = 25u << 20;
   size_t first_bucket_bytes = 1u << 20;  // the last layers' bucket, small so it starts early
   // Exchange each bucket as soon as backward has produced its gradients (as DDP does),

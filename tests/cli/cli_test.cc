@@ -27,6 +27,7 @@ std::string temp_path(const std::string& name) {
   return gradwire::testing::temp_path("gradwire_cli_test_", name);
 }
 
+// The default codec (auto) logs its decisions beside the evaluations and the summary.
 TEST(CliTest, TrainTwoWorkersOneEpochWritesMetrics) {
   const std::string metrics = temp_path("metrics.jsonl");
   const auto r = run(std::string(GRADWIRE_CLI) +
@@ -34,7 +35,10 @@ TEST(CliTest, TrainTwoWorkersOneEpochWritesMetrics) {
                      600);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("[0] summary: 2 workers"), std::string::npos) << r.output;
-  const auto lines = gradwire::testing::read_json_lines(metrics);
+  std::vector<nlohmann::json> lines, decisions;
+  for (auto& line : gradwire::testing::read_json_lines(metrics)) {
+    (line["event"] == "codec" ? decisions : lines).push_back(std::move(line));
+  }
   ASSERT_EQ(lines.size(), 3u);
   EXPECT_EQ(lines[0]["event"], "eval");  // the epoch's end, evaluated with the clock stopped
   EXPECT_EQ(lines[1]["event"], "epoch");
@@ -45,9 +49,10 @@ TEST(CliTest, TrainTwoWorkersOneEpochWritesMetrics) {
   EXPECT_EQ(summary["event"], "summary");
   EXPECT_EQ(summary["workers"], 2);
   EXPECT_GT(summary["test_accuracy"].get<double>(), 0.80);
-  // "none" sends dense fp32, by allreduce.
-  EXPECT_EQ(summary["bytes_contributed"], summary["bytes_dense"]);
-  EXPECT_EQ(summary["bytes_on_wire"], summary["bytes_dense_on_wire"]);
+  EXPECT_EQ(summary["compressor"], "auto");
+  EXPECT_EQ(summary["codec"].get<std::string>().rfind("auto:", 0), 0u) << summary["codec"];
+  ASSERT_FALSE(decisions.empty());  // the first, when its trial of every plan ends
+  EXPECT_EQ(decisions[0]["why"], "start of training");
   ASSERT_EQ(summary["param_checksums"].size(), 2u);
   EXPECT_EQ(summary["param_checksums"][0], summary["param_checksums"][1]);
   for (const char* key : {"train_loss", "elapsed_s", "samples_per_s", "strategy", "compressor"}) {

@@ -51,7 +51,8 @@ TEST(DdpPeerTest, PlainAllreduceFollowsGradwireNoneStepForStep) {
                              " --progress none --metrics ";
     const std::string ours = temp_path(model + "_gradwire.jsonl");
     const std::string theirs = temp_path(model + "_ddp.jsonl");
-    auto r = run_command(std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1" + args + ours,
+    auto r = run_command(std::string(GRADWIRE_CLI) +
+                             " train --workers 2 --threads 1 --compressor none" + args + ours,
                          300);
     ASSERT_EQ(r.status, 0) << r.output;
     r = run_command(std::string(GRADWIRE_CLI) + " run -n 2 -- /usr/bin/python3 " +

@@ -11,6 +11,7 @@
 #include "gradwire/comm/zmq_transport.h"
 #include "gradwire/core/error.h"
 #include "gradwire/strategy/ps/server.h"
+#include "gradwire/strategy/registry.h"
 #include "torch_test_util.h"
 
 namespace gradwire {
@@ -32,7 +33,7 @@ TEST(DistributedOptimizerTest, TwoRanksOfBatchBMatchOneRankOfBatch2B) {
     auto net = problem.fresh_net(/*perturb=*/rank * 0.5f);  // rank 1 starts elsewhere
     DistributedOptimizer opt(
         context, torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)),
-        *net);
+        *net, {.compressor = "none"});
     results[rank] = train(
         problem, *net, [&] { opt.zero_grad(); }, [&] { opt.step(); }, rank, 2, kBatch, kSteps);
   });
@@ -92,7 +93,7 @@ TEST(DistributedOptimizerTest, ParameterServerBspMatchesAllreduceStepForStep) {
           context,
           torch::optim::SGD(net->parameters(),
                             torch::optim::SGDOptions(0.1).momentum(0.9).weight_decay(1e-3)),
-          *net, {.strategy = ps ? "ps" : "allreduce"});
+          *net, {.strategy = ps ? "ps" : "allreduce", .compressor = "none"});
       results[rank] = train(
           problem, *net, [&] { opt.zero_grad(); }, [&] { opt.step(); }, rank, 2, kBatch, kSteps);
       const auto summary = opt.finish();
@@ -227,6 +228,19 @@ TEST(DistributedOptimizerTest, MomentumMovesIntoErrorFeedbackCodecs) {
         net, {.compressor = "2bit"});
     EXPECT_EQ(opt.codec_spec(), "2bit:alpha=1,ef=1,threshold=auto");  // Nesterov: untouched
   }
+}
+
+// No codec given: allreduce measures and picks (auto); the parameter server and gossip,
+// which run fixed codecs, send fp32. A codec given is kept as given.
+TEST(DistributedOptimizerTest, TheDefaultCodecIsAutoForAllreduceAndNoneElsewhere) {
+  const Problem problem;
+  auto net = problem.fresh_net();
+  DistributedOptimizer opt(solo_context(), torch::optim::SGD(net->parameters(), 0.1), *net);
+  EXPECT_EQ(opt.codec_spec(), strategy::canonical_codec("auto"));
+  EXPECT_EQ(strategy::codec_or_default("", "allreduce"), "auto");
+  EXPECT_EQ(strategy::codec_or_default("", "ps"), "none");
+  EXPECT_EQ(strategy::codec_or_default("", "gossip"), "none");
+  EXPECT_EQ(strategy::codec_or_default("fp16", "allreduce"), "fp16");
 }
 
 TEST(DistributedOptimizerTest, AutoReportsItsDecisionsAndLeavesMomentumAlone) {

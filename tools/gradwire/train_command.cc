@@ -15,6 +15,7 @@
 #include "gradwire/launch/emulated_cluster.h"
 #include "gradwire/launch/launcher.h"
 #include "gradwire/strategy/ps/updater.h"
+#include "gradwire/strategy/registry.h"
 #include "gradwire/train/trainer.h"
 
 namespace gradwire::cli {
@@ -136,6 +137,7 @@ int run_worker(TrainArgs& a) {
 
 int launch_workers(TrainArgs& a) {
   if (a.workers < 1) throw ConfigError("--workers must be at least 1");
+  a.options.compressor = strategy::codec_or_default(a.options.compressor, a.options.strategy);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (a.threads == 0) a.threads = std::max(1, cores / a.workers);  // one thread when N >= cores
   if (a.progress == "auto") a.progress = isatty(STDOUT_FILENO) ? "tty" : "lines";
@@ -240,8 +242,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--compressor", o.compressor,
                   "Codec spec (none, fp16, int8, topk:density=0.01, powersgd:rank=2, ...), a "
                   "layer policy (conv=...,fc=...,other=...), or an adaptive codec: auto "
-                  "(measures none, fp16, int8 and PowerSGD and picks), accordion (docs/CODECS.md)")
-      ->capture_default_str();
+                  "(measures none, fp16, int8 and PowerSGD and picks), accordion "
+                  "(docs/CODECS.md). Default: auto for allreduce, none for ps and gossip");
   cmd->add_option_function<double>(
       "--bucket-mb",
       [&o](double mb) {

@@ -279,7 +279,7 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
   }
   for (const auto& [name, b] : buffers) impl_->buffers.push_back(b);
 
-  std::string codec = options.compressor;
+  std::string codec = strategy::codec_or_default(options.compressor, options.strategy);
   const bool adaptive = strategy::is_adaptive_codec(codec);
   if (adaptive && options.strategy != "allreduce") {
     throw ConfigError("codec '" + codec + "' chooses among allreduce plans; strategy '" +

@@ -15,6 +15,7 @@
 #include "gradwire/distributed_optimizer.h"
 #include "gradwire/distributed_sampler.h"
 #include "gradwire/fashion_mnist.h"
+#include "gradwire/strategy/registry.h"
 #include "gradwire/train/job_output.h"
 #include "gradwire/train/models.h"
 
@@ -103,7 +104,9 @@ void set_compute_threads(int threads) {
   at::set_num_interop_threads(threads);
 }
 
-TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> context_ptr) {
+TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> context_ptr) {
+  TrainOptions options = given;
+  options.compressor = strategy::codec_or_default(given.compressor, given.strategy);
   Context& context = *context_ptr;
   if (options.epochs < 1) throw ConfigError("--epochs must be at least 1");
   if (options.batch_size < 1) throw ConfigError("--batch-size must be at least 1");

@@ -26,7 +26,7 @@ enum class ProgressStyle { kNone, kLines, kTerminal };
 struct TrainOptions {
   std::string model = "cnn";
   std::string strategy = "allreduce";
-  std::string compressor = "none";
+  std::string compressor;  // DistributedOptions::compressor; empty: the strategy's default
   size_t bucket_bytes = 25u << 20;
   bool overlap = true;  // exchange buckets during backward (DistributedOptions::overlap)
   std::string sparse_aggregation = "auto";  // DistributedOptions::sparse_aggregation
