@@ -10,12 +10,9 @@ namespace gradwire::strategy {
 
 std::vector<std::string> strategy_names() { return {"allreduce", "ps", "gossip"}; }
 
-std::string default_codec(const std::string& strategy) {
-  return strategy == "allreduce" ? "auto" : "none";
-}
-
 std::string codec_or_default(const std::string& codec, const std::string& strategy) {
-  return codec.empty() ? default_codec(strategy) : codec;
+  if (!codec.empty()) return codec;
+  return strategy == "allreduce" ? "auto" : "none";
 }
 
 bool is_adaptive_codec(const std::string& codec) { return AdaptiveOptions::matches(codec); }

@@ -27,10 +27,9 @@ std::unique_ptr<Strategy> create_strategy(comm::Collectives& collectives,
 
 std::vector<std::string> strategy_names();
 
-// The codec a strategy uses when none is given: "auto" for allreduce (it measures the
-// plans in the job and picks, docs/CODECS.md; where the link is fast it keeps fp32),
-// "none" for ps and gossip, which run fixed codecs. An empty `codec` means this default.
-std::string default_codec(const std::string& strategy);
+// `codec`, or when it is empty the strategy's default: "auto" for allreduce (it measures
+// the plans in the job and picks, ALGORITHMS.md 9; where the link is fast it keeps fp32),
+// "none" for ps and gossip, which run fixed codecs.
 std::string codec_or_default(const std::string& codec, const std::string& strategy);
 
 // True for the adaptive codecs (auto, accordion: strategy/adaptive/adaptive_strategy.h),

@@ -151,7 +151,10 @@ struct ParameterServer::Impl {
     keep_backups = c.pull.delta || reads_backup(updater_options.kind);
     workers.assign(c.num_workers, WorkerState{});
     configured_at = Clock::now();
-    for (auto& w : workers) w.last_heard = configured_at;
+    for (auto& w : workers) {
+      w.last_heard = configured_at;
+      w.backup.resize(slices.size());  // updates read backup[i]; filled only if keep_backups
+    }
     configured = true;
     if (!config.checkpoint_dir.empty()) {
       try {
@@ -194,7 +197,6 @@ struct ParameterServer::Impl {
     const PullForm form = whole     ? PullForm::kWhole
                           : m.delta ? PullForm::kDelta
                                     : PullForm::kWeights;
-    if (w.backup.size() != slices.size()) w.backup.resize(slices.size());  // empty if not kept
     m.weights = encode_pull(slices, form, keep_backups ? &w.backup : nullptr);
     return m;
   }
