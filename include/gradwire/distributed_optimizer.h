@@ -5,25 +5,59 @@
 //       dist, torch::optim::SGD(model->parameters(), 0.05), *model, {.compressor = "fp16"});
 //   ... optimizer.zero_grad(); loss.backward(); optimizer.step();
 //
-// The contract:
-// - What is accepted: every parameter of `model` that requires grad takes part, and must be
-//   a contiguous float32 CPU tensor; the optimizer must update exactly those parameters.
-//   Construction fails (ConfigError) naming the first parameter that breaks either rule.
-//   Buffers (BatchNorm's statistics) may be of any dtype but must be contiguous CPU tensors.
-// - Construction checks that every rank has the same strategy, codec, parameters and
-//   buffers (names, shapes, dtypes) before any of them moves (MismatchError naming both
-//   sides otherwise), then makes every rank start from rank 0's parameters and buffers.
-// - step() exchanges gradients through the strategy, then steps the wrapped optimizer; a
-//   parameter without a gradient in a step contributes zeros. synchronize() is the
-//   exchange alone: afterwards .grad holds the aggregated gradient, and a step() that
-//   follows it (with no backward between) does not exchange again, so
-//   `synchronize(); clip_grad_norm_(...); step();` works as in Horovod.
+// The contract, as PyTorch DDP users know it:
+// - What is accepted: every parameter of `model` that requires grad takes part and must be
+//   a contiguous float32 CPU tensor; the optimizer must update every such parameter and no
+//   tensor outside the model that requires grad. A weight tied to two modules (listed
+//   twice by named_parameters()) is one parameter, exchanged once. Parameters that do not
+//   require grad (frozen) may be in the optimizer or not; they are checked across ranks
+//   and taken from rank 0 like the buffers, checkpointed, never exchanged; one that later
+//   requires grad or gets a gradient while the optimizer holds it is an error naming it
+//   (rebuild the DistributedOptimizer after unfreezing). Construction fails (ConfigError)
+//   naming the first parameter that breaks a rule. Buffers (BatchNorm's statistics) may
+//   be of any dtype but must be contiguous CPU tensors.
+// - Construction checks that every rank has the same strategy, codec, parameters, frozen
+//   parameters, buffers (names, shapes, dtypes) and the options that decide the sequence
+//   of collectives (bucket sizes, the link model, broadcast_buffers) before any of them
+//   moves (MismatchError naming both sides otherwise), then makes every rank start from
+//   rank 0's parameters and buffers.
+// - When .grad is final (allreduce jobs): when backward() returns. The gradient hooks start
+//   each bucket's exchange during backward (overlap), and an autograd final callback
+//   waits for all of them, so after `loss.backward()` every parameter's .grad holds the
+//   average over the ranks, equal on every rank: clip it, log it or replace it before
+//   step(), as with DDP. step() then only steps the wrapped optimizer. Several backward
+//   passes before a step each exchange what .grad holds then (the average accumulates,
+//   as in DDP); inside a `no_sync()` scope backward only accumulates locally, and the next
+//   backward outside it (or step(), or synchronize()) exchanges the accumulated gradient.
+//   Collectives a program issues between backward and step (Context::allgather) come
+//   after the exchange on every rank.
+// - Parameters without a gradient: a parameter whose .grad is undefined on this rank at the
+//   exchange contributes zeros; the ranks agree (one small collective per exchange)
+//   which parameters had a gradient anywhere. One that had none on every rank keeps an
+//   undefined .grad, so the optimizer skips it, as in single-process libtorch; one used
+//   on some ranks gets the average (DDP's find_unused_parameters). zero_grad() sets
+//   gradients to undefined by default (set_to_none, libtorch 2's and PyTorch's default).
+// - Checks at every step: a parameter whose dtype, device or layout changed, or whose
+//   gradient hook is gone (Module::to() replaced its data), and a gradient that is not
+//   dense float32, fail naming the parameter, before this rank issues a collective.
+// - A failed step: when the exchange fails on one rank (a gradient that cannot be
+//   exchanged, a backward that threw halfway: that rank ends the abandoned exchange at
+//   its next call, zero_grad() or backward), every rank throws an Error naming that rank
+//   and the cause, from backward(), synchronize() or step(); zero_grad() and the next
+//   batch go on normally. A failed collective (a rank gone) throws on every rank.
+// - synchronize() is the exchange alone, for programs that set .grad without backward or
+//   backward inside no_sync(); it does nothing when backward already exchanged.
 // - Buffers: with broadcast_buffers (the default, as DDP's), rank 0's buffers are copied to
 //   every rank at the end of each step(): all ranks hold equal buffers after every step.
+// - Parameter-server and gossip jobs, whose workers do not step together, exchange in
+//   step() (synchronize()), not at the end of backward.
 // - Lifetime: the optimizer registers a gradient hook on every parameter and removes them
 //   when destroyed; a backward pass afterwards runs no gradwire code. A parameter belongs
 //   to one DistributedOptimizer at a time: building a second one on a parameter the first
-//   still holds fails with ConfigError (destroy the first, then build the next).
+//   still holds fails with ConfigError (destroy the first, then build the next). An
+//   optimizer given as an lvalue stays the caller's (it must outlive the
+//   DistributedOptimizer; LR schedulers built on it act on the optimizer that steps); one
+//   given as an rvalue is moved in and owned.
 //
 // Momentum correction: codecs with error feedback (topk, 2bit) and heavy-ball momentum
 // applied after aggregation do not mix: the residual delays large coordinates and momentum
@@ -31,12 +65,13 @@
 // error feedback on the allgather path and the optimizer is torch::optim::SGD with plain
 // heavy-ball momentum m (no Nesterov, no dampening, the same m in every group), the momentum
 // moves into the codec (`momentum=m`: u = m u + g is compressed, with DGC's momentum factor
-// masking) and the SGD's groups get momentum 0. Weight decay moves with it: each rank adds
-// wd x w to its gradient before the exchange (inside the corrected momentum, as in the
-// user's SGD, where it is added before momentum), and the groups get weight_decay 0; after
-// synchronize() .grad then holds the aggregate of g + wd x w. codec_spec() shows the
-// result; set DistributedOptions::momentum_correction = false to keep the optimizer
-// untouched.
+// masking) and the SGD's groups get momentum 0, once every check across ranks has passed;
+// the destructor gives them back. Weight decay moves with it: each rank adds wd x w to its
+// gradient before the exchange (inside the corrected momentum, as in the user's SGD, where
+// it is added before momentum), and the groups get weight_decay 0. Then .grad after the
+// exchange holds the average of the corrected momentum updates u, not of the gradients.
+// codec_spec() shows the result; set DistributedOptions::momentum_correction = false to
+// keep the optimizer untouched.
 #pragma once
 
 #include <memory>
@@ -186,18 +221,29 @@ struct JobSummary {
 };
 
 class DistributedOptimizer {
+  struct Impl;
+
  public:
   DistributedOptimizer(std::shared_ptr<Context> context,
                        std::shared_ptr<torch::optim::Optimizer> optimizer,
                        const torch::nn::Module& model, const DistributedOptions& options = {});
 
-  // Takes ownership of an optimizer given by value: DistributedOptimizer(ctx, SGD(...), ...).
-  template <typename OptimizerT, typename = std::enable_if_t<std::is_base_of_v<
-                                     torch::optim::Optimizer, std::decay_t<OptimizerT>>>>
+  // Takes ownership of an optimizer given as an rvalue: DistributedOptimizer(ctx, SGD(...), ...).
+  template <typename OptimizerT,
+            typename = std::enable_if_t<std::is_base_of_v<torch::optim::Optimizer, OptimizerT>>>
   DistributedOptimizer(std::shared_ptr<Context> context, OptimizerT&& optimizer,
                        const torch::nn::Module& model, const DistributedOptions& options = {})
+      : DistributedOptimizer(std::move(context), std::make_shared<OptimizerT>(std::move(optimizer)),
+                             model, options) {}
+  // Wraps the caller's optimizer, which must outlive this object: schedulers built on it
+  // (torch::optim::StepLR sched(sgd, ...)) act on the optimizer that steps.
+  template <typename OptimizerT,
+            typename = std::enable_if_t<std::is_base_of_v<torch::optim::Optimizer, OptimizerT>>>
+  DistributedOptimizer(std::shared_ptr<Context> context, OptimizerT& optimizer,
+                       const torch::nn::Module& model, const DistributedOptions& options = {})
       : DistributedOptimizer(std::move(context),
-                             std::make_shared<std::decay_t<OptimizerT>>(std::move(optimizer)),
+                             std::shared_ptr<torch::optim::Optimizer>(
+                                 std::shared_ptr<torch::optim::Optimizer>(), &optimizer),
                              model, options) {}
 
   // Removes the gradient hooks and releases the parameters (see the contract above).
@@ -205,13 +251,34 @@ class DistributedOptimizer {
   DistributedOptimizer(const DistributedOptimizer&) = delete;
   DistributedOptimizer& operator=(const DistributedOptimizer&) = delete;
 
-  void zero_grad();
-  // Averages gradients across ranks (unless synchronize() already did, since the last
-  // backward), steps the wrapped optimizer, then broadcasts rank 0's buffers.
+  // Clears the gradients of the optimizer's parameters: undefined (set_to_none, the
+  // default) or zero. Also ends a step a failed backward left open (see the contract).
+  void zero_grad(bool set_to_none = true);
+  // Exchanges what no backward exchanged (synchronize()), steps the wrapped optimizer,
+  // then broadcasts rank 0's buffers.
   torch::Tensor step();
-  // Only the exchange: afterwards every parameter's .grad holds the aggregated gradient
-  // (clip or inspect it, then step()).
+  // Only the exchange of what .grad holds, if no backward exchanged it since the last
+  // step: afterwards every parameter's .grad holds the aggregated gradient.
   void synchronize();
+
+  // Inside the scope of the returned guard, backward accumulates gradients locally and
+  // exchanges nothing (DDP's no_sync()); the first backward after it exchanges the
+  // accumulated gradients:
+  //   { auto guard = optimizer.no_sync(); loss1.backward(); }  loss2.backward(); step();
+  class NoSync {
+   public:
+    NoSync(NoSync&& other) noexcept;
+    NoSync(const NoSync&) = delete;
+    NoSync& operator=(const NoSync&) = delete;
+    NoSync& operator=(NoSync&&) = delete;
+    ~NoSync();
+
+   private:
+    friend class DistributedOptimizer;
+    explicit NoSync(DistributedOptimizer::Impl* impl);
+    DistributedOptimizer::Impl* impl_;
+  };
+  [[nodiscard]] NoSync no_sync();
 
   torch::optim::Optimizer& optimizer();
   // The codec spec in use, canonical (after momentum correction, if any).
@@ -264,7 +331,6 @@ class DistributedOptimizer {
   std::optional<JobSummary> finish();
 
  private:
-  struct Impl;
   std::unique_ptr<Impl> impl_;
 };
 

@@ -9,7 +9,9 @@
 //
 // With a libtorch DataLoader (which owns the sampler and calls reset() at the start of
 // every pass) each pass after the first moves to the next epoch's permutation; set_epoch(e)
-// picks the permutation of the next pass explicitly.
+// picks the permutation of the next pass explicitly. load() restores a saved epoch and
+// position, and the first reset() after it (the DataLoader's) starts there: a mid-epoch
+// resume goes on where the saved job was.
 #pragma once
 
 #include <cstdint>
@@ -44,7 +46,8 @@ class DistributedSampler : public torch::data::samplers::Sampler<> {
   bool shuffle_;
   uint64_t epoch_ = 0;
   size_t position_ = 0;
-  bool fresh_ = true;  // the current permutation has not been handed out by a reset() yet
+  bool fresh_ = true;           // the current permutation has not been handed out by a reset() yet
+  size_t resume_position_ = 0;  // set by load(): where the next reset() starts
   std::vector<size_t> indices_;
 };
 

@@ -4,6 +4,8 @@
 
 #include <set>
 
+#include <torch/serialize.h>
+
 namespace gradwire {
 namespace {
 
@@ -49,6 +51,34 @@ TEST(DistributedSamplerTest, DataLoaderResetsMoveToTheNextEpoch) {
   sampler.reset();  // second pass: epoch 1
   reference.set_epoch(1);
   EXPECT_EQ(sampler.indices(), reference.indices());
+}
+
+TEST(DistributedSamplerTest, AMidEpochResumeGoesOnWhereTheSavedJobWas) {
+  DistributedSampler sampler(50, 1, 2, 3);
+  sampler.set_epoch(2);
+  sampler.reset();
+  const auto first = sampler.next(10);  // one batch of the epoch done, then saved
+  torch::serialize::OutputArchive out;
+  sampler.save(out);
+  std::stringstream bytes;
+  out.save_to(bytes);
+  std::vector<size_t> rest;
+  while (auto batch = sampler.next(10)) rest.insert(rest.end(), batch->begin(), batch->end());
+
+  DistributedSampler resumed(50, 1, 2, 3);
+  torch::serialize::InputArchive in;
+  in.load_from(bytes);
+  resumed.load(in);
+  resumed.reset();  // what a DataLoader does first
+  std::vector<size_t> drawn;
+  while (auto batch = resumed.next(10)) drawn.insert(drawn.end(), batch->begin(), batch->end());
+  EXPECT_EQ(drawn, rest);
+  ASSERT_TRUE(first.has_value());
+  resumed.reset();  // the next pass is the next epoch, from its start
+  DistributedSampler reference(50, 1, 2, 3);
+  reference.set_epoch(3);
+  EXPECT_EQ(resumed.indices(), reference.indices());
+  EXPECT_EQ(resumed.next(100)->size(), reference.indices().size());
 }
 
 }  // namespace

@@ -6,22 +6,18 @@
 #include <torch/torch.h>
 
 #include <algorithm>
-#include <atomic>
-#include <cstring>
-#include <mutex>
-#include <unordered_map>
+#include <cstdio>
 #include <unordered_set>
+#include <utility>
 
 #include "gradwire/comm/collectives.h"
 #include "gradwire/compress/layer_classification.h"
-#include "gradwire/compress/policy.h"
-#include "gradwire/compress/registry.h"
 #include "gradwire/core/error.h"
-#include "gradwire/core/spec.h"
 #include "gradwire/core/timeline.h"
 #include "gradwire/strategy/agreement.h"
 #include "gradwire/strategy/gossip/gossip_strategy.h"
 #include "gradwire/strategy/registry.h"
+#include "gradwire/torch/model_parameters.h"
 #include "gradwire/torch/optimizer_impl.h"
 #include "gradwire/torch/peer_strategies.h"
 
@@ -32,214 +28,22 @@ std::span<float> float_span(const torch::Tensor& t) {
   return {t.data_ptr<float>(), static_cast<size_t>(t.numel())};
 }
 
-using NamedTensors = std::vector<std::pair<std::string, torch::Tensor>>;
-
-std::string shape_string(const torch::Tensor& t) {
-  std::string out = "[";
-  for (int64_t d = 0; d < t.dim(); ++d) out += (d ? ", " : "") + std::to_string(t.size(d));
-  return out + "]";
-}
-
-// "Double on cpu", "Float on cuda:0, non-contiguous": what a user needs to fix a tensor.
-std::string describe(const torch::Tensor& t) {
-  std::string out = std::string(c10::toString(t.scalar_type())) + " on " + t.device().str();
-  if (t.layout() != torch::kStrided) return out + ", not dense";
-  return out + (t.is_contiguous() ? "" : ", non-contiguous");
-}
-
-bool dense_cpu(const torch::Tensor& t) {
-  return t.layout() == torch::kStrided && t.device().is_cpu() && t.is_contiguous();
-}
-
-// The model's parameters that take part, each checked to be exchangeable.
-NamedTensors exchanged_parameters(const torch::nn::Module& model) {
-  NamedTensors params;
-  for (const auto& item : model.named_parameters(/*recurse=*/true)) {
-    const torch::Tensor& p = item.value();
-    if (!p.requires_grad()) continue;
-    if (!dense_cpu(p) || p.scalar_type() != torch::kFloat) {
-      throw ConfigError("parameter '" + item.key() + "' is " + describe(p) +
-                        "; DistributedOptimizer exchanges contiguous float32 CPU parameters "
-                        "only (keep the model on the CPU in float32)");
-    }
-    params.emplace_back(item.key(), p);
-  }
-  return params;
-}
-
-NamedTensors model_buffers(const torch::nn::Module& model) {
-  NamedTensors buffers;
-  for (const auto& item : model.named_buffers(/*recurse=*/true)) {
-    if (!dense_cpu(item.value())) {
-      throw ConfigError("buffer '" + item.key() + "' is " + describe(item.value()) +
-                        "; buffers must be contiguous CPU tensors");
-    }
-    buffers.emplace_back(item.key(), item.value());
-  }
-  return buffers;
-}
-
-// The parameters exchanged come from the model, those updated from the optimizer: they
-// must be the same set, or an update would skip an exchanged gradient (or the reverse).
-void require_same_parameters(const NamedTensors& params, torch::optim::Optimizer& optimizer) {
-  std::unordered_set<const void*> in_optimizer, in_model;
-  for (auto& group : optimizer.param_groups()) {
-    for (auto& p : group.params()) in_optimizer.insert(p.unsafeGetTensorImpl());
-  }
-  for (const auto& [name, p] : params) {
-    in_model.insert(p.unsafeGetTensorImpl());
-    if (!in_optimizer.count(p.unsafeGetTensorImpl())) {
-      throw ConfigError("parameter '" + name +
-                        "' of the model is not in the optimizer: build the optimizer on the "
-                        "model's parameters (every parameter that requires grad is exchanged)");
-    }
-  }
-  for (auto& group : optimizer.param_groups()) {
-    for (auto& p : group.params()) {
-      if (p.requires_grad() && !in_model.count(p.unsafeGetTensorImpl())) {
-        throw ConfigError("the optimizer updates a tensor of shape " + shape_string(p) +
-                          " that is not a parameter of the model given to "
-                          "DistributedOptimizer: its gradient would never be exchanged");
-      }
-    }
-  }
-}
-
-// Which DistributedOptimizer holds a parameter: one at a time per process, since each
-// registers a gradient hook that feeds its own strategy.
-std::mutex g_claims_mutex;
-std::unordered_set<const void*> g_claimed;
-
-void claim_parameters(const NamedTensors& params) {
-  std::lock_guard<std::mutex> lock(g_claims_mutex);
-  for (const auto& [name, p] : params) {
-    if (g_claimed.count(p.unsafeGetTensorImpl())) {
-      throw ConfigError("parameter '" + name +
-                        "' already belongs to another DistributedOptimizer; a parameter "
-                        "belongs to one at a time: destroy the first before building another");
-    }
-  }
-  for (const auto& [name, p] : params) g_claimed.insert(p.unsafeGetTensorImpl());
-}
-
-void release_parameters(const std::vector<torch::Tensor>& params) {
-  std::lock_guard<std::mutex> lock(g_claims_mutex);
-  for (const auto& p : params) g_claimed.erase(p.unsafeGetTensorImpl());
-}
-
-// One line per buffer, checked across ranks like the parameters (agreement.h) before any
-// buffer is broadcast.
-std::vector<std::string> buffer_lines(const NamedTensors& buffers) {
-  std::vector<std::string> lines{"buffers " + std::to_string(buffers.size())};
-  for (const auto& [name, b] : buffers) {
-    lines.push_back("buffer " + name + " " + c10::toString(b.scalar_type()) + " " +
-                    shape_string(b));
-  }
-  return lines;
-}
-
-// The heavy-ball momentum every group of `sgd` uses, or 0 when the groups differ or use
-// Nesterov or dampening (then the optimizer is left alone).
-double common_heavy_ball_momentum(torch::optim::SGD& sgd) {
-  double momentum = -1;
-  for (auto& group : sgd.param_groups()) {
-    const auto& o = static_cast<const torch::optim::SGDOptions&>(group.options());
-    if (o.nesterov() || o.dampening() != 0) return 0;
-    if (momentum >= 0 && o.momentum() != momentum) return 0;
-    momentum = o.momentum();
-  }
-  return momentum > 0 ? momentum : 0;
-}
-
-struct MomentumCorrection {
-  std::string codec;  // the policy to use
-  // Weight decay moved out of the optimizer, by parameter (TensorImpl*): each rank adds
-  // wd x w to the gradient before the exchange, inside the corrected momentum.
-  std::unordered_map<const void*, double> weight_decay;
-};
-
-// Moves heavy-ball momentum (and with it weight decay) from `optimizer` into the codecs
-// when some tensor's codec uses error feedback on the allgather path (the header says why).
-MomentumCorrection apply_momentum_correction(torch::optim::Optimizer& optimizer,
-                                             const std::string& codec,
-                                             const std::vector<compress::TensorInfo>& tensors) {
-  MomentumCorrection out{codec, {}};
-  auto* sgd = dynamic_cast<torch::optim::SGD*>(&optimizer);
-  if (!sgd) return out;
-  const auto policy = compress::CodecPolicy::parse(codec);
-  bool needed = false;
-  for (const auto& tensor : tensors) {
-    const std::string spec = policy.spec_for(tensor);
-    const Spec parsed = Spec::parse(spec);
-    if (parsed.params.count("momentum")) return out;  // the user chose
-    const auto codec_instance = policy.create(tensor);
-    if (compress::uses_error_feedback(spec) && !codec_instance->additive_wire() &&
-        !codec_instance->low_rank() && !codec_instance->shared_scale()) {
-      needed = true;
-    }
-  }
-  const double momentum = needed ? common_heavy_ball_momentum(*sgd) : 0.0;
-  if (momentum <= 0) return out;
-  for (auto& group : sgd->param_groups()) {
-    auto& o = static_cast<torch::optim::SGDOptions&>(group.options());
-    if (o.weight_decay() != 0) {
-      for (auto& p : group.params()) out.weight_decay[p.unsafeGetTensorImpl()] = o.weight_decay();
-    }
-    o.momentum(0);
-    o.weight_decay(0);
-  }
-  out.codec = policy.with_momentum(momentum).canonical();
-  return out;
+// Options that decide the sequence of collectives, compared across ranks with the model's
+// state (a difference would otherwise hang instead of failing).
+std::vector<std::string> option_lines(const DistributedOptions& options) {
+  auto text = [](double v) {
+    char buffer[32];
+    std::snprintf(buffer, sizeof buffer, "%.17g", v);
+    return std::string(buffer);
+  };
+  return {
+      "bucket bytes " + std::to_string(options.bucket_bytes),
+      "first bucket bytes " + std::to_string(options.first_bucket_bytes),
+      "link " + text(options.link_bits_per_s) + " bit/s, " + text(options.link_latency_s) + " s",
+      std::string("broadcast buffers ") + (options.broadcast_buffers ? "on" : "off")};
 }
 
 }  // namespace
-
-DistributedOptimizer::Impl::~Impl() {
-  for (auto& hook : hooks) hook.accumulator->del_post_hook(hook.key);
-  if (claimed) release_parameters(params);
-}
-
-void DistributedOptimizer::Impl::on_gradient(size_t i) {
-  exchanged.store(false, std::memory_order_relaxed);
-  if (!strategy->overlaps()) return;
-  const torch::Tensor& p = params[i];
-  torch::Tensor grad = p.grad();
-  if (!grad.defined() || !dense_cpu(grad) || grad.scalar_type() != torch::kFloat) {
-    return;  // synchronize() makes it exchangeable and reports it
-  }
-  if (reported[i]) {
-    // A second backward before step(): the strategy refuses it by name.
-    strategy->gradient_ready(i, float_span(grad));
-    return;
-  }
-  torch::NoGradGuard no_grad;
-  if (weight_decay[i] != 0) grad.add_(p, weight_decay[i]);
-  reported[i] = 1;
-  strategy->gradient_ready(i, float_span(grad));
-}
-
-void DistributedOptimizer::Impl::broadcast_buffers_from_rank0() {
-  if (buffers.empty() || context->world_size() == 1) return;
-  size_t total = 0;
-  for (const auto& b : buffers) total += b.nbytes();
-  buffer_staging.resize(total);
-  const bool root = context->rank() == 0;
-  if (root) {
-    size_t offset = 0;
-    for (const auto& b : buffers) {
-      std::memcpy(buffer_staging.data() + offset, b.data_ptr(), b.nbytes());
-      offset += b.nbytes();
-    }
-  }
-  context->collectives().broadcast(buffer_staging.data(), total, 0);
-  if (!root) {
-    size_t offset = 0;
-    for (auto& b : buffers) {
-      std::memcpy(b.data_ptr(), buffer_staging.data() + offset, b.nbytes());
-      offset += b.nbytes();
-    }
-  }
-}
 
 DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
                                            std::shared_ptr<torch::optim::Optimizer> optimizer,
@@ -253,31 +57,48 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
         "context->is_server() after gradwire::init() and returns");
   }
   if (!optimizer) throw ConfigError("DistributedOptimizer needs an optimizer");
-  impl_->context = std::move(context);
-  impl_->optimizer = std::move(optimizer);
-  // Parameter-server and gossip workers do not step together: no per-step collective.
-  impl_->broadcast_buffers =
-      options.broadcast_buffers && options.strategy != "ps" && options.strategy != "gossip";
+  if (!(options.link_bits_per_s > 0) || !(options.link_latency_s >= 0)) {
+    throw ConfigError("the link needs a positive bandwidth and a latency of 0 or more");
+  }
+  Impl& m = *impl_;
+  m.context = std::move(context);
+  m.optimizer = std::move(optimizer);
+  // Parameter-server and gossip workers do not step together: no per-step collective, and
+  // the exchange happens in step().
+  const bool allreduce = options.strategy != "ps" && options.strategy != "gossip";
+  m.broadcast_buffers = options.broadcast_buffers && allreduce;
+  m.exchange_in_backward = allreduce;
 
   // Everything a user can get wrong locally is checked before any collective.
-  const NamedTensors params = exchanged_parameters(model);
-  require_same_parameters(params, *impl_->optimizer);
-  const NamedTensors buffers = model_buffers(model);
-  claim_parameters(params);
-  impl_->claimed = true;
+  const ModelParameters model_params = collect_model_parameters(model);
+  require_same_parameters(model_params, *m.optimizer);
+  claim_parameters(model_params.exchanged);
+  m.claimed = true;
 
   std::vector<compress::TensorInfo> tensors;
   strategy::FloatSpans param_spans;
-  for (const auto& [name, p] : params) {
+  for (const auto& [name, p] : model_params.exchanged) {
     compress::TensorInfo info;
     info.name = name;
     info.shape = p.sizes().vec();
     info.kind = compress::classify_parameter(info.name, info.shape);
     tensors.push_back(std::move(info));
-    impl_->params.push_back(p);
+    m.params.push_back(p);
+    m.names.push_back(name);
     param_spans.push_back(float_span(p));
   }
-  for (const auto& [name, b] : buffers) impl_->buffers.push_back(b);
+  {
+    std::unordered_set<const void*> in_optimizer;
+    for (auto& group : m.optimizer->param_groups()) {
+      for (auto& p : group.params()) in_optimizer.insert(p.unsafeGetTensorImpl());
+    }
+    for (const auto& [name, p] : model_params.frozen) {
+      m.frozen.push_back(p);
+      m.frozen_names.push_back(name);
+      m.frozen_in_optimizer.push_back(in_optimizer.count(p.unsafeGetTensorImpl()) ? 1 : 0);
+    }
+  }
+  for (const auto& [name, b] : model_params.buffers) m.buffers.push_back(b);
 
   std::string codec = strategy::codec_or_default(options.compressor, options.strategy);
   const bool adaptive = strategy::is_adaptive_codec(codec);
@@ -286,23 +107,21 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
                       options.strategy + "' needs a fixed codec");
   }
   // The adaptive codecs' plans (none, fp16, bf16, int8, powersgd) need no momentum
-  // correction: none of them feeds error feedback through an allgather.
-  // Gossip's codec compresses models, not gradients: the optimizer keeps its momentum.
+  // correction: none of them feeds error feedback through an allgather. Gossip's codec
+  // compresses models, not gradients: the optimizer keeps its momentum. Planned now,
+  // applied once every rank agreed.
   if (options.momentum_correction && !adaptive && options.strategy != "gossip") {
-    auto correction = apply_momentum_correction(*impl_->optimizer, codec, tensors);
-    codec = std::move(correction.codec);
-    for (const auto& p : impl_->params) {
-      const auto it = correction.weight_decay.find(p.unsafeGetTensorImpl());
-      impl_->weight_decay.push_back(it == correction.weight_decay.end() ? 0.0 : it->second);
-    }
+    m.correction = MomentumCorrection::plan(*m.optimizer, codec, tensors);
+    codec = m.correction.codec();
   }
-  impl_->weight_decay.resize(impl_->params.size(), 0.0);
-  impl_->codec_spec = strategy::canonical_codec(codec);
+  for (const auto& p : m.params) m.weight_decay.push_back(m.correction.weight_decay(p));
+  m.decayed.assign(m.params.size(), 0);
+  m.codec_spec = strategy::canonical_codec(codec);
 
   if (options.strategy == "ps") {
-    impl_->strategy = make_ps_strategy(*impl_->context, *impl_->optimizer, codec, options.ps);
+    m.strategy = make_ps_strategy(*m.context, *m.optimizer, codec, options.ps);
   } else if (options.strategy == "gossip") {
-    impl_->strategy = make_gossip_strategy(impl_->context, codec, options.gossip);
+    m.strategy = make_gossip_strategy(m.context, codec, options.gossip);
   } else {
     strategy::StrategyOptions strategy_options;
     strategy_options.name = options.strategy;
@@ -311,28 +130,31 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
     strategy_options.first_bucket_bytes = options.first_bucket_bytes;
     strategy_options.overlap = options.overlap;
     strategy_options.sparse_aggregation = options.sparse_aggregation;
-    if (!(options.link_bits_per_s > 0) || !(options.link_latency_s >= 0)) {
-      throw ConfigError("the link needs a positive bandwidth and a latency of 0 or more");
-    }
     strategy_options.link =
         comm::LinkModel::from_bandwidth(options.link_latency_s, options.link_bits_per_s);
-    impl_->strategy = strategy::create_strategy(impl_->context->collectives(), strategy_options);
+    m.strategy = strategy::create_strategy(m.context->collectives(), strategy_options);
   }
   {
     torch::NoGradGuard no_grad;
-    // Buffers are checked across ranks before the first of them moves, then the strategy
-    // checks its configuration and the parameters the same way before broadcasting them.
-    strategy::check_same_configuration(impl_->context->collectives(), buffer_lines(buffers));
-    impl_->broadcast_buffers_from_rank0();
-    impl_->strategy->start(tensors, param_spans);
+    // The model's state and the options are checked across ranks before the first tensor
+    // moves, then the strategy checks its configuration and the parameters the same way
+    // before broadcasting them.
+    auto lines = model_state_lines(model_params);
+    if (allreduce) {
+      const auto more = option_lines(options);
+      lines.insert(lines.end(), more.begin(), more.end());
+    }
+    strategy::check_same_configuration(m.context->collectives(), lines);
+    m.broadcast_from_rank0(/*frozen_too=*/true);
+    m.strategy->start(tensors, param_spans);
   }
+  m.correction.apply();  // every check passed: the optimizer changes only now
 
   // Tell the strategy when each gradient is final, so it can exchange it during backward
   // (as DDP does). The hooks are removed by ~Impl, so the raw pointer never dangles.
-  impl_->reported.assign(impl_->params.size(), 0);
   Impl* impl = impl_.get();
-  for (size_t i = 0; i < impl_->params.size(); ++i) {
-    auto accumulator = torch::autograd::impl::grad_accumulator(impl_->params[i]);
+  for (size_t i = 0; i < m.params.size(); ++i) {
+    auto accumulator = torch::autograd::impl::grad_accumulator(m.params[i]);
     const uintptr_t key =
         accumulator->add_post_hook(std::make_unique<torch::autograd::utils::LambdaPostHook>(
             [impl, i](const torch::autograd::variable_list& outputs,
@@ -340,54 +162,80 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
               impl->on_gradient(i);
               return outputs;
             }));
-    impl_->hooks.push_back({std::move(accumulator), key});
+    m.hooks.push_back({std::move(accumulator), key});
   }
 }
 
 DistributedOptimizer::~DistributedOptimizer() = default;
 
-void DistributedOptimizer::zero_grad() { impl_->optimizer->zero_grad(); }
+DistributedOptimizer::NoSync::NoSync(Impl* impl) : impl_(impl) { ++impl_->no_sync_depth; }
+
+DistributedOptimizer::NoSync::NoSync(NoSync&& other) noexcept
+    : impl_(std::exchange(other.impl_, nullptr)) {}
+
+DistributedOptimizer::NoSync::~NoSync() {
+  if (impl_) --impl_->no_sync_depth;
+}
+
+DistributedOptimizer::NoSync DistributedOptimizer::no_sync() { return NoSync(impl_.get()); }
+
+void DistributedOptimizer::zero_grad(bool set_to_none) {
+  Impl& m = *impl_;
+  // A backward that threw left its exchange open: end it now, so that the other ranks,
+  // waiting in it, learn that this step was abandoned.
+  if (m.exchange_open) m.abandon_open_exchange();
+  m.failed.clear();
+  m.exchanged = false;
+  m.decayed.assign(m.params.size(), 0);
+  for (auto& group : m.optimizer->param_groups()) {
+    for (auto& p : group.params()) {
+      if (!p.grad().defined()) continue;
+      if (set_to_none) {
+        p.mutable_grad() = torch::Tensor();
+      } else {
+        p.mutable_grad().detach_();
+        p.mutable_grad().zero_();
+      }
+    }
+  }
+}
 
 void DistributedOptimizer::synchronize() {
-  torch::NoGradGuard no_grad;
-  const auto& groups = impl_->optimizer->param_groups();
-  if (!groups.empty() && groups[0].options().get_lr() > 0) {
-    impl_->strategy->set_learning_rate(groups[0].options().get_lr());
+  Impl& m = *impl_;
+  if (m.exchange_open) {
+    m.abandon_open_exchange();
+    throw Error(
+        "the last backward on this rank threw before its gradients were final; the "
+        "step was abandoned on every rank: zero_grad() and go on with the next batch");
   }
-  strategy::FloatSpans grads;
-  grads.reserve(impl_->params.size());
-  for (size_t i = 0; i < impl_->params.size(); ++i) {
-    auto& p = impl_->params[i];
-    if (!impl_->reported[i]) {  // else the hook finished it, and the strategy has it
-      if (!p.grad().defined()) {
-        p.mutable_grad() = torch::zeros_like(p);
-      } else if (!p.grad().is_contiguous()) {
-        p.mutable_grad() = p.grad().contiguous();
-      }
-      if (impl_->weight_decay[i] != 0) p.mutable_grad().add_(p, impl_->weight_decay[i]);
-    }
-    grads.push_back(float_span(p.grad()));
+  if (!m.failed.empty()) throw Error(m.failed);
+  if (m.exchanged) return;
+  m.check_parameters_unchanged();
+  if (!m.exchange_in_backward) {
+    m.exchange_in_step();
+    return;
   }
-  impl_->reported.assign(impl_->params.size(), 0);
-  impl_->strategy->synchronize(grads);
-  impl_->exchanged.store(true, std::memory_order_relaxed);
+  const std::string failure = m.exchange();
+  if (!failure.empty()) throw Error(failure);
 }
 
 torch::Tensor DistributedOptimizer::step() {
-  if (!impl_->exchanged.load(std::memory_order_relaxed)) synchronize();
-  impl_->exchanged.store(false, std::memory_order_relaxed);
+  Impl& m = *impl_;
+  synchronize();
+  m.exchanged = false;
+  m.decayed.assign(m.params.size(), 0);
   torch::Tensor result;
-  if (!impl_->strategy->applies_update()) {
+  if (!m.strategy->applies_update()) {
     TimelineSpan span("optimizer update", "compute");
-    result = impl_->optimizer->step();
+    result = m.optimizer->step();
   }
   torch::NoGradGuard no_grad;
   strategy::FloatSpans params;
-  for (auto& p : impl_->params) params.push_back(float_span(p));
-  impl_->strategy->after_update(params);
-  if (impl_->broadcast_buffers && !impl_->buffers.empty()) {
+  for (auto& p : m.params) params.push_back(float_span(p));
+  m.strategy->after_update(params);
+  if (m.broadcast_buffers && !m.buffers.empty()) {
     TimelineSpan span("broadcast buffers", "communicate");
-    impl_->broadcast_buffers_from_rank0();
+    m.broadcast_from_rank0(/*frozen_too=*/false);
   }
   return result;
 }

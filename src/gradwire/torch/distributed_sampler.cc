@@ -2,6 +2,7 @@
 
 #include <torch/serialize/archive.h>
 
+#include <algorithm>
 #include <numeric>
 
 #include "gradwire/core/error.h"
@@ -37,6 +38,7 @@ void DistributedSampler::set_epoch(uint64_t epoch) {
   epoch_ = epoch;
   build();
   fresh_ = true;
+  resume_position_ = 0;
 }
 
 void DistributedSampler::build() {
@@ -66,6 +68,9 @@ void DistributedSampler::reset(torch::optional<size_t> new_size) {
   if (!fresh_) ++epoch_;
   fresh_ = false;
   build();
+  // The first pass after load() goes on from the saved position (mid-epoch resume).
+  position_ = std::min(resume_position_, indices_.size());
+  resume_position_ = 0;
 }
 
 torch::optional<std::vector<size_t>> DistributedSampler::next(size_t batch_size) {
@@ -87,6 +92,7 @@ void DistributedSampler::load(torch::serialize::InputArchive& archive) {
   archive.read("position", position, /*is_buffer=*/true);
   set_epoch(static_cast<uint64_t>(epoch.item<int64_t>()));
   position_ = static_cast<size_t>(position.item<int64_t>());
+  resume_position_ = position_;  // kept by the reset() a DataLoader calls first
 }
 
 }  // namespace gradwire

@@ -4,7 +4,8 @@
 // The file is core/atomic_file.h's framing (magic, version, length, CRC-32) around:
 //   u32 tag "GWDO", u32 world size, string codec spec,
 //   u64 parameter count, per parameter u64 numel and its fp32 values,
-//   u64 buffer count, per buffer u64 bytes and the bytes,
+//   u64 buffer count, per buffer u64 bytes and the bytes (the buffers, then the frozen
+//   parameters),
 //   section: the wrapped optimizer's state (torch::serialize archive),
 //   string: the caller's state,
 //   per rank (world size of them) a section: that rank's strategy state.
@@ -64,15 +65,15 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, std::span<const ui
     archive.load_from(in);
     optimizer.load(archive);
   } catch (const c10::Error& e) {
-    throw PayloadError(std::string("the checkpoint's optimizer state does not fit this optimizer: ") +
-                       e.what_without_backtrace());
+    throw PayloadError(
+        std::string("the checkpoint's optimizer state does not fit this optimizer: ") +
+        e.what_without_backtrace());
   }
 }
 
 }  // namespace
 
-void DistributedOptimizer::save_checkpoint(const std::string& path,
-                                           const std::string& user_state) {
+void DistributedOptimizer::save_checkpoint(const std::string& path, const std::string& user_state) {
   Impl& m = *impl_;
   comm::Collectives& c = m.context->collectives();
   const int rank = m.context->rank();
@@ -94,8 +95,9 @@ void DistributedOptimizer::save_checkpoint(const std::string& path,
         w.put<uint64_t>(static_cast<uint64_t>(p.numel()));
         w.put_array<float>(std::span<const float>(p.data_ptr<float>(), p.numel()));
       }
-      w.put<uint64_t>(m.buffers.size());
-      for (const auto& b : m.buffers) {
+      const auto state = m.state_tensors();
+      w.put<uint64_t>(state.size());
+      for (const auto& b : state) {
         w.put<uint64_t>(b.nbytes());
         w.put_array<uint8_t>(
             std::span<const uint8_t>(static_cast<const uint8_t*>(b.data_ptr()), b.nbytes()));
@@ -106,8 +108,10 @@ void DistributedOptimizer::save_checkpoint(const std::string& path,
       write_file_atomically(path, frame_checkpoint(payload));
     } catch (const Error& e) {
       outcome = Outcome::kSystemError;
-      const std::string text = "rank 0 could not write the checkpoint (the previous one, if any, "
-                               "is intact): " + std::string(e.what());
+      const std::string text =
+          "rank 0 could not write the checkpoint (the previous one, if any, "
+          "is intact): " +
+          std::string(e.what());
       message.assign(text.begin(), text.end());
     }
   }
@@ -177,17 +181,19 @@ std::optional<std::string> DistributedOptimizer::load_checkpoint(const std::stri
     param_bytes.push_back(in.get_bytes(numel * sizeof(float), "parameter values"));
   }
   const auto buffer_count = in.get<uint64_t>("buffer count");
-  if (buffer_count != m.buffers.size()) {
+  const auto state = m.state_tensors();
+  if (buffer_count != state.size()) {
     throw PayloadError("checkpoint " + path + " holds " + std::to_string(buffer_count) +
-                       " buffers; this model has " + std::to_string(m.buffers.size()));
+                       " buffers and frozen parameters; this model has " +
+                       std::to_string(state.size()));
   }
   std::vector<std::span<const uint8_t>> buffer_bytes;
-  for (size_t i = 0; i < m.buffers.size(); ++i) {
+  for (size_t i = 0; i < state.size(); ++i) {
     const auto bytes = in.get<uint64_t>("buffer size");
-    if (bytes != m.buffers[i].nbytes()) {
+    if (bytes != state[i].nbytes()) {
       throw PayloadError("checkpoint " + path + ": buffer " + std::to_string(i) + " has " +
                          std::to_string(bytes) + " bytes; this model's has " +
-                         std::to_string(m.buffers[i].nbytes()));
+                         std::to_string(state[i].nbytes()));
     }
     buffer_bytes.push_back(in.get_bytes(bytes, "buffer values"));
   }
@@ -206,8 +212,8 @@ std::optional<std::string> DistributedOptimizer::load_checkpoint(const std::stri
   for (size_t i = 0; i < m.params.size(); ++i) {
     std::memcpy(m.params[i].data_ptr<float>(), param_bytes[i].data(), param_bytes[i].size());
   }
-  for (size_t i = 0; i < m.buffers.size(); ++i) {
-    std::memcpy(m.buffers[i].data_ptr(), buffer_bytes[i].data(), buffer_bytes[i].size());
+  for (size_t i = 0; i < state.size(); ++i) {
+    std::memcpy(state[i].data_ptr(), buffer_bytes[i].data(), buffer_bytes[i].size());
   }
   load_optimizer_state(*m.optimizer, optimizer_bytes);
   m.strategy->load_state(my_state);
