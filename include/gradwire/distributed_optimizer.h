@@ -152,9 +152,9 @@ struct DistributedOptions {
   std::string compressor;
   size_t bucket_bytes = 25u << 20;
   size_t first_bucket_bytes = 1u << 20;  // the last layers' bucket, small so it starts early
-  // Exchange each bucket as soon as backward has produced its gradients (as DDP does),
-  // instead of all of them in step(). Accumulating gradients over several backward passes
-  // per step needs it off (a second backward before step() is refused with an error).
+  // Exchange each bucket as soon as backward has produced its gradients (as DDP does);
+  // off, every bucket is exchanged at the end of backward, in the same order with the
+  // same results bit for bit. Either way .grad is final when backward() returns.
   bool overlap = true;
   // Buckets of sparse codecs (topk and the other sparsifiers) are summed by "allgather"
   // (every rank receives every payload), "split" (a sparse reduce-scatter by index range,

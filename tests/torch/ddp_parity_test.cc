@@ -51,16 +51,20 @@ struct Data {
   }
 };
 
-std::vector<torch::Tensor> snapshot(torch::nn::Module& net) {
+std::vector<torch::Tensor> clones(const std::vector<torch::Tensor>& tensors) {
   std::vector<torch::Tensor> out;
-  for (auto& p : net.parameters()) out.push_back(p.detach().clone());
+  for (const auto& t : tensors) out.push_back(t.detach().clone());
   return out;
 }
 
-void copy_parameters(torch::nn::Module& to, const std::vector<torch::Tensor>& from) {
+void copy_into(const std::vector<torch::Tensor>& to, const std::vector<torch::Tensor>& from) {
   torch::NoGradGuard no_grad;
-  auto params = to.parameters();
-  for (size_t i = 0; i < params.size(); ++i) params[i].copy_(from[i]);
+  for (size_t i = 0; i < to.size(); ++i) to[i].copy_(from[i]);
+}
+
+std::vector<torch::Tensor> snapshot(torch::nn::Module& net) { return clones(net.parameters()); }
+void copy_parameters(torch::nn::Module& to, const std::vector<torch::Tensor>& from) {
+  copy_into(to.parameters(), from);
 }
 
 void set_grads_to_none(torch::optim::Optimizer& optimizer) {
@@ -344,16 +348,9 @@ struct BatchNormHeads : torch::nn::Module {
   torch::nn::BatchNorm1d bn{nullptr};
 };
 
-std::vector<torch::Tensor> buffer_snapshot(torch::nn::Module& net) {
-  std::vector<torch::Tensor> out;
-  for (auto& b : net.buffers()) out.push_back(b.detach().clone());
-  return out;
-}
-
+std::vector<torch::Tensor> buffer_snapshot(torch::nn::Module& net) { return clones(net.buffers()); }
 void copy_buffers(torch::nn::Module& to, const std::vector<torch::Tensor>& from) {
-  torch::NoGradGuard no_grad;
-  auto buffers = to.buffers();
-  for (size_t i = 0; i < buffers.size(); ++i) buffers[i].copy_(from[i]);
+  copy_into(to.buffers(), from);
 }
 
 TEST(DdpParityTest, BatchNormNormalizesPerRankAndKeepsRankZerosStatistics) {

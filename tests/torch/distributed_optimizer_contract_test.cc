@@ -20,15 +20,6 @@ namespace {
 using torch::optim::SGD;
 using torch::optim::SGDOptions;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 void backward_once(const Problem& problem, SmallNet& net) {
   torch::nn::functional::cross_entropy(net.forward(problem.x), problem.y).backward();
 }

@@ -18,15 +18,6 @@ namespace {
 using torch::optim::SGD;
 using torch::optim::SGDOptions;
 
-std::string error_of(const std::function<void()>& fn) {
-  try {
-    fn();
-  } catch (const std::exception& e) {
-    return e.what();
-  }
-  return "";
-}
-
 // SmallNet whose backward throws on demand, halfway: after the last layer's gradients.
 struct FailingNet : SmallNet {
   bool fail = false;

@@ -6,6 +6,7 @@
 
 #include <functional>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "../common/gloo_harness.h"
@@ -65,6 +66,16 @@ std::vector<torch::Tensor> train(const Problem& problem, Net& net,
 inline std::shared_ptr<Context> context_for(int rank, int world,
                                             std::unique_ptr<comm::Collectives>& collectives) {
   return std::make_shared<Context>(rank, world, rank, std::move(collectives));
+}
+
+// The message of what `fn` throws; "" when it returns.
+inline std::string error_of(const std::function<void()>& fn) {
+  try {
+    fn();
+  } catch (const std::exception& e) {
+    return e.what();
+  }
+  return "";
 }
 
 inline std::shared_ptr<Context> solo_context() {

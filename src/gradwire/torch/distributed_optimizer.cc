@@ -119,7 +119,8 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
   m.codec_spec = strategy::canonical_codec(codec);
 
   if (options.strategy == "ps") {
-    m.strategy = make_ps_strategy(*m.context, *m.optimizer, codec, options.ps);
+    m.strategy =
+        make_ps_strategy(*m.context, *m.optimizer, codec, options.ps, m.correction.active());
   } else if (options.strategy == "gossip") {
     m.strategy = make_gossip_strategy(m.context, codec, options.gossip);
   } else {

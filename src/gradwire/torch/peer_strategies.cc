@@ -57,7 +57,8 @@ std::unique_ptr<strategy::Strategy> make_gossip_strategy(const std::shared_ptr<C
 std::unique_ptr<strategy::Strategy> make_ps_strategy(const Context& context,
                                                      torch::optim::Optimizer& optimizer,
                                                      const std::string& codec,
-                                                     const ParameterServerOptions& ps) {
+                                                     const ParameterServerOptions& ps,
+                                                     bool momentum_in_codec) {
   const ParameterServers* servers = context.parameter_servers();
   if (!servers) {
     throw ConfigError(
@@ -81,9 +82,9 @@ std::unique_ptr<strategy::Strategy> make_ps_strategy(const Context& context,
   o.config.consistency = strategy::ps::Consistency::parse(ps.consistency);
   o.config.updater = strategy::ps::UpdaterOptions::parse(ps.updater).spec();
   o.config.lr = group.lr();
-  // Both 0 after momentum correction moved them into the codecs and the gradients.
-  o.config.momentum = group.momentum();
-  o.config.weight_decay = group.weight_decay();
+  // Both 0 when momentum correction moves them into the codecs and the gradients.
+  o.config.momentum = momentum_in_codec ? 0.0 : group.momentum();
+  o.config.weight_decay = momentum_in_codec ? 0.0 : group.weight_decay();
   o.config.pull = strategy::ps::PullCodec::parse(ps.pull);
   o.config.continue_on_worker_loss = ps.continue_on_worker_loss;
   o.config.worker_timeout_s = ps.worker_timeout_s;

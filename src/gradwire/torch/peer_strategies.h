@@ -22,10 +22,13 @@ std::unique_ptr<strategy::Strategy> make_gossip_strategy(const std::shared_ptr<C
 
 // A parameter-server worker connected to the job's servers, with the SGD settings of
 // `optimizer` (which must be a torch::optim::SGD without Nesterov or dampening: the servers
-// apply the update). ConfigError where the job has no servers or the optimizer is not one.
+// apply the update). With `momentum_in_codec` (momentum correction) the servers get
+// momentum and weight decay 0: the workers' codecs carry them. ConfigError where the job
+// has no servers or the optimizer is not one.
 std::unique_ptr<strategy::Strategy> make_ps_strategy(const Context& context,
                                                      torch::optim::Optimizer& optimizer,
                                                      const std::string& codec,
-                                                     const ParameterServerOptions& ps);
+                                                     const ParameterServerOptions& ps,
+                                                     bool momentum_in_codec);
 
 }  // namespace gradwire
