@@ -74,6 +74,9 @@ class Context {
   // Every rank's value, indexed by rank (for metrics and checksums, not for gradients).
   std::vector<double> allgather(double value);
 
+  // The communicator every DistributedOptimizer of this context and the calls above share;
+  // calls from several threads reach the wire in one order on every rank (the program's
+  // thread decides it: comm/ordered_collectives.h).
   comm::Collectives& collectives();
 
   // Set in parameter-server jobs; null otherwise.

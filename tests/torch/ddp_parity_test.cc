@@ -464,5 +464,80 @@ TEST(DdpParityTest, AnLrSchedulerOnTheUsersOptimizerActsOnTheOptimizerThatSteps)
   }
 }
 
+// A second model fed by the first, each with its DistributedOptimizer on the same
+// Context (a GAN's generator and discriminator): one backward completes buckets of both,
+// whose exchange threads share one communicator.
+struct Critic : torch::nn::Module {
+  Critic() {
+    l1 = register_module("l1", torch::nn::Linear(kClasses, kHidden));
+    l2 = register_module("l2", torch::nn::Linear(kHidden, kClasses));
+  }
+  torch::Tensor forward(const torch::Tensor& x) { return l2(torch::tanh(l1(x))); }
+  torch::nn::Linear l1{nullptr}, l2{nullptr};
+};
+
+TEST(DdpParityTest, TwoOptimizersOnOneContextInOneBackward) {
+  constexpr int kWorld = 2, kSteps = 4, kBatch = 4;
+  const Data data(kSteps, kWorld, kBatch);
+  torch::manual_seed(9);
+  HeadsNet init_a;
+  Critic init_b;
+  const auto a0 = snapshot(init_a), b0 = snapshot(init_b);
+  const auto options = torch::optim::SGDOptions(0.1).momentum(0.9);
+  auto loss_of = [](HeadsNet& a, Critic& b, const torch::Tensor& x, const torch::Tensor& y) {
+    return torch::nn::functional::cross_entropy(b.forward(a.forward(x, true)), y);
+  };
+  HeadsNet ref_a;
+  Critic ref_b;
+  copy_parameters(ref_a, a0);
+  copy_parameters(ref_b, b0);
+  torch::optim::SGD sgd_a(ref_a.parameters(), options), sgd_b(ref_b.parameters(), options);
+  for (int s = 0; s < kSteps; ++s) {
+    set_grads_to_none(sgd_a);
+    set_grads_to_none(sgd_b);
+    for (int r = 0; r < kWorld; ++r) {
+      auto [x, y] = data.slice(s, 0, r);
+      (loss_of(ref_a, ref_b, x, y) / kWorld).backward();
+    }
+    sgd_a.step();
+    sgd_b.step();
+  }
+  const auto want_a = snapshot(ref_a), want_b = snapshot(ref_b);
+
+  std::vector<std::shared_ptr<HeadsNet>> as;
+  std::vector<std::shared_ptr<Critic>> bs;
+  for (int r = 0; r < kWorld; ++r) {
+    as.push_back(std::make_shared<HeadsNet>());
+    bs.push_back(std::make_shared<Critic>());
+    copy_parameters(*as.back(), a0);
+    copy_parameters(*bs.back(), b0);
+  }
+  std::vector<std::vector<torch::Tensor>> got_a(kWorld), got_b(kWorld);
+  testing::run_gloo_ranks(kWorld, [&](int rank, std::unique_ptr<comm::Collectives>& collectives) {
+    auto context = context_for(rank, kWorld, collectives);
+    HeadsNet& a = *as[rank];
+    Critic& b = *bs[rank];
+    // Many small buckets in both, so their exchanges interleave during backward.
+    const DistributedOptions small{
+        .compressor = "none", .bucket_bytes = 128, .first_bucket_bytes = 64};
+    DistributedOptimizer opt_a(context, torch::optim::SGD(a.parameters(), options), a, small);
+    DistributedOptimizer opt_b(context, torch::optim::SGD(b.parameters(), options), b, small);
+    for (int s = 0; s < kSteps; ++s) {
+      opt_a.zero_grad();
+      opt_b.zero_grad();
+      auto [x, y] = data.slice(s, 0, rank);
+      loss_of(a, b, x, y).backward();
+      opt_a.step();
+      opt_b.step();
+    }
+    got_a[rank] = snapshot(a);
+    got_b[rank] = snapshot(b);
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    expect_close(got_a[r], want_a, "first model, rank " + std::to_string(r));
+    expect_close(got_b[r], want_b, "second model, rank " + std::to_string(r));
+  }
+}
+
 }  // namespace
 }  // namespace gradwire

@@ -8,6 +8,7 @@
 #include <functional>
 #include <mutex>
 
+#include "gradwire/comm/collectives.h"
 #include "gradwire/core/error.h"
 #include "gradwire/distributed_optimizer.h"
 #include "torch_test_util.h"
@@ -177,6 +178,96 @@ TEST(DistributedOptimizerFailureTest, MomentumCorrectionIsUndoneWhenTheOptimizer
   EXPECT_EQ(static_cast<SGDOptions&>(sgd.param_groups()[0].options()).weight_decay(), 0.01);
   DistributedOptimizer again(solo_context(), sgd, *net, {.compressor = "topk:density=0.1"});
   EXPECT_NE(again.codec_spec().find("momentum=0.9"), std::string::npos) << again.codec_spec();
+}
+
+// Forwards to a real communicator, except that its `fail_at`-th allreduce-sum fails (on
+// every rank alike, as a broken connection fails on both of its ends).
+class FailingCollectives : public comm::Collectives {
+ public:
+  FailingCollectives(std::unique_ptr<comm::Collectives> inner, int fail_at)
+      : inner_(std::move(inner)), fail_at_(fail_at) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
+  const comm::CollectiveTraffic& traffic() const override { return inner_->traffic(); }
+  std::unique_ptr<comm::Work> allreduce_sum_async(void* data, size_t count,
+                                                  comm::DataType type) override {
+    if (++calls_ == fail_at_)
+      throw Error("injected failure of allreduce " + std::to_string(calls_));
+    return inner_->allreduce_sum_async(data, count, type);
+  }
+  void allreduce_max(float* data, size_t count) override { inner_->allreduce_max(data, count); }
+  using comm::Collectives::allgather_bytes;
+  void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override {
+    inner_->allgather_bytes(data, out);
+  }
+  void alltoall_bytes(std::span<const Bytes> to, std::vector<Bytes>& out) override {
+    inner_->alltoall_bytes(to, out);
+  }
+  void broadcast(void* data, size_t bytes, int root) override {
+    inner_->broadcast(data, bytes, root);
+  }
+  void barrier() override { inner_->barrier(); }
+
+ private:
+  std::unique_ptr<comm::Collectives> inner_;
+  int fail_at_;
+  int calls_ = 0;
+};
+
+TEST(DistributedOptimizerFailureTest, AFailedCollectiveDuringBackwardFailsThatStepOnEveryRank) {
+  const Problem problem;
+  constexpr int kBatch = 8, kSteps = 4;
+  std::vector<std::vector<torch::Tensor>> results(2);
+  std::vector<std::vector<int>> failed_steps(2);
+  std::vector<std::string> errors(2);
+  testing::run_gloo_ranks(2, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
+    c = std::make_unique<FailingCollectives>(std::move(c), /*fail_at=*/5);
+    auto context = context_for(rank, 2, c);
+    auto net = problem.fresh_net();
+    // Several buckets per step: the failure falls inside a step, with buckets after it.
+    DistributedOptimizer opt(context, SGD(net->parameters(), SGDOptions(0.1).momentum(0.9)), *net,
+                             {.compressor = "none", .bucket_bytes = 256, .first_bucket_bytes = 64});
+    for (int s = 0; s < kSteps; ++s) {
+      const int64_t begin = s * 16 + rank * kBatch;
+      opt.zero_grad();
+      try {
+        torch::nn::functional::cross_entropy(
+            net->forward(problem.x.slice(0, begin, begin + kBatch)),
+            problem.y.slice(0, begin, begin + kBatch))
+            .backward();
+      } catch (const std::exception& e) {
+        errors[rank] = e.what();
+        failed_steps[rank].push_back(s);
+        EXPECT_NE(error_of([&] { opt.step(); }).find("injected failure"), std::string::npos);
+        continue;
+      }
+      opt.step();
+    }
+    for (auto& p : net->parameters()) results[rank].push_back(p.detach().clone());
+  });
+  ASSERT_EQ(failed_steps[0].size(), 1u) << errors[0];
+  EXPECT_EQ(failed_steps[1], failed_steps[0]);
+  EXPECT_NE(errors[0].find("injected failure of allreduce 5"), std::string::npos) << errors[0];
+  // Every rank went on from the same state: the reference skips the failed step.
+  auto reference = problem.fresh_net();
+  SGD reference_sgd(reference->parameters(), SGDOptions(0.1).momentum(0.9));
+  for (int s = 0; s < kSteps; ++s) {
+    if (s == failed_steps[0][0]) continue;
+    reference_sgd.zero_grad();
+    torch::nn::functional::cross_entropy(
+        reference->forward(problem.x.slice(0, s * 16, s * 16 + 16)),
+        problem.y.slice(0, s * 16, s * 16 + 16))
+        .backward();
+    reference_sgd.step();
+  }
+  const auto want = reference->parameters();
+  for (int r = 0; r < 2; ++r) {
+    for (size_t i = 0; i < want.size(); ++i) {
+      EXPECT_TRUE(torch::allclose(results[r][i], want[i], /*rtol=*/0, /*atol=*/1e-5))
+          << "rank " << r << " tensor " << i;
+    }
+  }
 }
 
 }  // namespace

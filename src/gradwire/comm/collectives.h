@@ -80,7 +80,16 @@ class Collectives {
 
   virtual void barrier() = 0;
 
-  const CollectiveTraffic& traffic() const { return traffic_; }
+  virtual const CollectiveTraffic& traffic() const { return traffic_; }
+
+  // Order across threads (ordered_collectives.h). A thread that decides now what will be
+  // issued later, on another thread, reserves its turn here; that thread issues it between
+  // begin_turn() and end_turn(), and every call made meanwhile from other threads waits its
+  // own turn. Every reserved turn must be begun and ended once. The defaults order nothing
+  // (a communicator used from one thread at a time).
+  virtual uint64_t reserve_turn() { return 0; }
+  virtual void begin_turn(uint64_t turn) {}
+  virtual void end_turn(uint64_t turn) {}
 
  protected:
   // Implementations call these once per operation, so every one counts alike.

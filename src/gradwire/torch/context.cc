@@ -10,6 +10,7 @@
 #include <cstdio>
 
 #include "gradwire/comm/collectives.h"
+#include "gradwire/comm/ordered_collectives.h"
 #include "gradwire/comm/rendezvous.h"
 #include "gradwire/comm/zmq_transport.h"
 #include "gradwire/core/error.h"
@@ -48,7 +49,9 @@ Context::Context(int rank, int world_size, int local_rank,
     : rank_(rank),
       world_size_(world_size),
       local_rank_(local_rank),
-      collectives_(std::move(collectives)),
+      // Several threads of this process use it (ordered_collectives.h): one order for all.
+      collectives_(collectives ? std::make_unique<comm::OrderedCollectives>(std::move(collectives))
+                               : nullptr),
       options_(std::move(options)) {}
 
 Context::~Context() = default;

@@ -146,7 +146,15 @@ std::string DistributedOptimizer::Impl::exchange() {
   if (!groups.empty() && groups[0].options().get_lr() > 0) {
     strategy->set_learning_rate(groups[0].options().get_lr());
   }
-  strategy->synchronize(spans);  // a failed collective throws on every rank
+  try {
+    strategy->synchronize(spans);  // a failed collective throws on every rank
+  } catch (const std::exception& e) {
+    failed = std::string("the gradient exchange failed: ") + e.what() +
+             ". No rank's .grad holds the aggregate";
+    exchange_grads.assign(n, torch::Tensor());
+    local_failure.clear();
+    throw;
+  }
 
   // One status collective: did any rank fail, and which parameters got a gradient somewhere.
   bool any_failed = !local_failure.empty();

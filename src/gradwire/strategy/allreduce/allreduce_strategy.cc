@@ -135,7 +135,7 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
     for (size_t k : buckets_[b].tensors) bucket_of_[k] = b;
     bucket_tensors_[b] = buckets_[b].tensors.size();
   }
-  executor_ = std::make_unique<InOrderExecutor>([this](size_t b) { run_bucket(b); });
+  executor_ = std::make_unique<InOrderExecutor>(collectives_, [this](size_t b) { run_bucket(b); });
   started_ = true;
 }
 

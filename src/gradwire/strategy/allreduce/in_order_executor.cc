@@ -7,8 +7,8 @@
 
 namespace gradwire::strategy {
 
-InOrderExecutor::InOrderExecutor(std::function<void(size_t bucket)> run)
-    : run_(std::move(run)), thread_([this] { loop(); }) {}
+InOrderExecutor::InOrderExecutor(comm::Collectives& turns, std::function<void(size_t bucket)> run)
+    : turns_(turns), run_(std::move(run)), thread_([this] { loop(); }) {}
 
 InOrderExecutor::~InOrderExecutor() {
   {
@@ -24,9 +24,19 @@ void InOrderExecutor::begin_step(std::vector<size_t> tensors_per_bucket) {
   if (in_step_) throw Error("InOrderExecutor: a step began before the last one finished");
   pending_ = std::move(tensors_per_bucket);
   next_ = 0;
+  posted_ = 0;
+  turn_.assign(pending_.size(), 0);
   error_ = nullptr;
   in_step_ = true;
-  wake_.notify_all();  // buckets without tensors to wait for may run at once
+  post_runnable();  // buckets without tensors to wait for may run at once
+}
+
+void InOrderExecutor::post_runnable() {
+  const size_t before = posted_;
+  while (posted_ < pending_.size() && pending_[posted_] == 0) {
+    turn_[posted_++] = turns_.reserve_turn();
+  }
+  if (posted_ != before) wake_.notify_all();
 }
 
 bool InOrderExecutor::in_step() const {
@@ -40,7 +50,7 @@ void InOrderExecutor::tensor_ready(size_t bucket) {
     throw Error("InOrderExecutor: bucket " + std::to_string(bucket) +
                 " reported ready more often than it has tensors");
   }
-  if (--pending_[bucket] == 0 && bucket == next_) wake_.notify_all();
+  if (--pending_[bucket] == 0) post_runnable();
 }
 
 void InOrderExecutor::finish_step() {
@@ -59,24 +69,24 @@ void InOrderExecutor::loop() {
   Timeline::global().name_thread("exchange");
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
-    wake_.wait(lock, [&] {
-      return stop_ || (in_step_ && next_ < pending_.size() && pending_[next_] == 0);
-    });
+    wake_.wait(lock, [&] { return stop_ || (in_step_ && next_ < posted_); });
     if (stop_) return;
     const size_t bucket = next_;
-    if (!error_) {
-      lock.unlock();
-      try {
-        run_(bucket);
-      } catch (...) {
-        lock.lock();
-        error_ = std::current_exception();
-        lock.unlock();
-      }
-      lock.lock();
+    const uint64_t turn = turn_[bucket];
+    // After a failure the remaining buckets are skipped as they become ready (their turns
+    // pass): the step is lost and finish_step() reports why.
+    const bool skip = error_ != nullptr;
+    lock.unlock();
+    std::exception_ptr error;
+    try {
+      turns_.begin_turn(turn);
+      if (!skip) run_(bucket);
+    } catch (...) {
+      error = std::current_exception();
     }
-    // After a failure the remaining buckets are skipped as they become ready: the step
-    // is lost and finish_step() reports why.
+    turns_.end_turn(turn);
+    lock.lock();
+    if (error && !error_) error_ = error;
     if (++next_ == pending_.size()) done_.notify_all();
   }
 }
