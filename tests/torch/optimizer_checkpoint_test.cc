@@ -1,0 +1,113 @@
+// DistributedOptimizer::save_checkpoint / load_checkpoint through the API, per codec family:
+// a job stopped after K steps and resumed from its checkpoint on fresh objects (other
+// initial weights, empty optimizer) trains on bit for bit like the job that never stopped.
+#include <gtest/gtest.h>
+#include <torch/torch.h>
+
+#include <cstdio>
+
+#include "../common/command_runner.h"
+#include "gradwire/distributed_optimizer.h"
+#include "torch_test_util.h"
+
+namespace gradwire {
+namespace {
+
+using torch::optim::SGD;
+using torch::optim::SGDOptions;
+
+struct BatchNormNet : torch::nn::Module {
+  BatchNormNet() {
+    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)));
+    bn = register_module("bn", torch::nn::BatchNorm2d(4));
+    fc = register_module("fc", torch::nn::Linear(4 * 6 * 6, 5));
+  }
+  torch::Tensor forward(torch::Tensor x) { return fc(torch::relu(bn(conv(x))).flatten(1)); }
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::BatchNorm2d bn{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+
+constexpr int kWorld = 2, kBatch = 8, kBefore = 4, kAfter = 4;
+
+// Parameters and buffers of every rank after the steps [first, last) of a job with `codec`.
+template <typename Net>
+std::vector<std::vector<torch::Tensor>> run_job(const Problem& problem, const std::string& codec,
+                                                const std::string& sparse_aggregation, int first,
+                                                int last, const std::string& save_to,
+                                                const std::string& load_from) {
+  // Both runs from step 0 start from the same weights; the resumed one from others, which
+  // the checkpoint replaces.
+  torch::manual_seed(load_from.empty() ? 1 : 2);
+  std::vector<std::shared_ptr<Net>> nets;
+  for (int r = 0; r < kWorld; ++r) nets.push_back(std::make_shared<Net>());  // main thread
+  std::vector<std::vector<torch::Tensor>> out(kWorld);
+  testing::run_gloo_ranks(kWorld, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
+    auto context = context_for(rank, kWorld, c);
+    Net& net = *nets[rank];
+    DistributedOptimizer opt(
+        context, SGD(net.parameters(), SGDOptions(0.05).momentum(0.9).weight_decay(1e-3)), net,
+        {.compressor = codec, .sparse_aggregation = sparse_aggregation});
+    if (!load_from.empty()) {
+      const auto user = opt.load_checkpoint(load_from);
+      EXPECT_EQ(user.value_or("none"), "step " + std::to_string(first));
+    }
+    for (int s = first; s < last; ++s) {
+      const int64_t begin = (s * kWorld + rank) * kBatch % 64;
+      opt.zero_grad();
+      torch::nn::functional::cross_entropy(net.forward(problem.x.slice(0, begin, begin + kBatch)),
+                                           problem.y.slice(0, begin, begin + kBatch))
+          .backward();
+      opt.step();
+    }
+    if (!save_to.empty()) opt.save_checkpoint(save_to, "step " + std::to_string(last));
+    for (auto& p : net.parameters()) out[rank].push_back(p.detach().clone());
+    for (auto& b : net.buffers()) out[rank].push_back(b.detach().clone());
+  });
+  return out;
+}
+
+template <typename Net>
+void expect_exact_resume(const std::string& codec, const std::string& sparse_aggregation = "auto") {
+  SCOPED_TRACE(codec);
+  const Problem problem;
+  const std::string path = testing::temp_path("gw_ckpt_", "job.ckpt");
+  std::remove(path.c_str());
+  const auto whole = run_job<Net>(problem, codec, sparse_aggregation, 0, kBefore + kAfter, "", "");
+  run_job<Net>(problem, codec, sparse_aggregation, 0, kBefore, path, "");
+  const auto resumed =
+      run_job<Net>(problem, codec, sparse_aggregation, kBefore, kBefore + kAfter, "", path);
+  std::remove(path.c_str());
+  for (int r = 0; r < kWorld; ++r) {
+    ASSERT_EQ(resumed[r].size(), whole[r].size());
+    for (size_t i = 0; i < whole[r].size(); ++i) {
+      EXPECT_TRUE(torch::equal(resumed[r][i], whole[r][i]))
+          << "rank " << r << " tensor " << i << ": max diff "
+          << (resumed[r][i] - whole[r][i]).abs().max().template item<double>();
+    }
+  }
+}
+
+TEST(OptimizerCheckpointTest, NoneRestoresTheOptimizersMomentum) {
+  expect_exact_resume<SmallNet>("none");
+}
+TEST(OptimizerCheckpointTest, AdditiveAndSharedScaleCodecs) {
+  expect_exact_resume<SmallNet>("fp16");
+  expect_exact_resume<SmallNet>("int8");
+}
+TEST(OptimizerCheckpointTest, PowerSgdKeepsItsFactorsAndDenseStart) {
+  expect_exact_resume<SmallNet>("powersgd:rank=2,start=2");
+}
+TEST(OptimizerCheckpointTest, ErrorFeedbackCodecsKeepTheirResidualsAndMomentum) {
+  expect_exact_resume<SmallNet>("2bit");
+  expect_exact_resume<SmallNet>("topk:density=0.1", "split");
+}
+TEST(OptimizerCheckpointTest, AccordionKeepsItsRegime) {
+  expect_exact_resume<SmallNet>("accordion:window=2");
+}
+TEST(OptimizerCheckpointTest, BatchNormBuffersAreRestored) {
+  expect_exact_resume<BatchNormNet>("none");
+}
+
+}  // namespace
+}  // namespace gradwire
