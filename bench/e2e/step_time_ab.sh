@@ -1,72 +1,49 @@
 #!/usr/bin/env bash
-# Step time of two gradwire binaries, A and B, side by side: 4 workers on loopback and on 4
-# emulated hosts (`gradwire cluster`, root), models cnn and cnn-wide, rounds interleaved
-# (A B A B ...) so that the machine's drift hits both. One JSONL line per run in
-# OUT/runs.jsonl; OUT/summary.md the per-step means and the ratio B / A per round.
+# Step time of two gradwire builds, A and B, side by side: 4 workers of the reference CNN,
+# one compute thread each, on loopback (`gradwire train --workers 4`) and on an emulated
+# cluster of 4 hosts at 100 Mbit (`gradwire cluster`, root). Runs alternate A, B, A, B...
+# so that both see the same machine; each prints the mean step time (train_s / steps).
 #
-#   bash bench/e2e/step_time_ab.sh A_BINARY B_BINARY OUT [ROUNDS] [STEPS]
+#   bench/e2e/step_time_ab.sh OLD_GRADWIRE NEW_GRADWIRE OUT_DIR [REPEATS] [CONFIGS...]
 #
-# Each run is one epoch of STEPS steps per worker (batch 64, --train-limit 256 x STEPS),
-# codec `none` on loopback and `int8` at 100 Mbit (what auto ends on there), one thread per
-# rank; the step time is the run's training seconds over its steps.
+# CONFIGS are gradwire train arguments, e.g. "--compressor none" (the default set below).
 set -euo pipefail
-a="$1" b="$2" out="$3" rounds="${4:-3}" steps="${5:-100}"
+a="$1" b="$2" out="$3" repeats="${4:-2}"
+shift $(( $# < 4 ? $# : 4 ))
+configs=("$@")
+if [ ${#configs[@]} -eq 0 ]; then
+  configs=("--compressor none" "--compressor none --bucket-mb 0.01"
+           "--compressor topk:density=0.01 --bucket-mb 0.01")
+fi
 mkdir -p "$out"
-: >"$out/runs.jsonl"
-limit=$((256 * steps))
-common=(--epochs 1 --batch-size 64 --threads 1 --train-limit "$limit" --test-limit 500
-        --eval-every 100000 --progress none --seed 0)
+common=(--model cnn --epochs 1 --batch-size 64 --train-limit 15360 --test-limit 500
+        --progress none)
 
-run_one() {  # label binary model link codec
-  local label="$1" bin="$2" model="$3" link="$4" codec="$5" metrics
-  metrics="$(mktemp /tmp/step_ab_XXXX.jsonl)"
-  if [ "$link" = loopback ]; then
-    "$bin" train --workers 4 --model "$model" --compressor "$codec" "${common[@]}" \
-      --metrics "$metrics" >/dev/null
-  else
-    "$bin" cluster --hosts 4 --bandwidth "$link" --no-prefix -- \
-      "$bin" train --worker --model "$model" --compressor "$codec" --link-bandwidth "$link" \
-      "${common[@]}" --metrics "$metrics" >/dev/null
-  fi
-  python3 - "$metrics" "$label" "$model" "$link" "$codec" "$round" >>"$out/runs.jsonl" <<'PY'
-import json, sys
-path, label, model, link, codec, rnd = sys.argv[1:]
-last = [json.loads(l) for l in open(path) if l.strip()][-1]
-steps = last.get("steps") or last.get("step")
-print(json.dumps({"binary": label, "model": model, "link": link, "codec": codec,
-                  "round": int(rnd), "steps": steps, "train_s": last["train_s"],
-                  "step_ms": 1000 * last["train_s"] / steps}))
-PY
-  rm -f "$metrics"
+step_ms() {  # metrics file -> mean step time in ms
+  /usr/bin/python3 -c 'import json,sys
+s=[json.loads(l) for l in open(sys.argv[1]) if "summary" in l][-1]
+print("%.2f" % (1000 * s["train_s"] / s["steps"]))' "$1"
 }
 
-for round in $(seq 1 "$rounds"); do
-  for model in cnn cnn-wide; do
-    for link in loopback 100mbit; do
-      codec=none
-      [ "$link" = loopback ] || codec=int8
-      run_one A "$a" "$model" "$link" "$codec"
-      run_one B "$b" "$model" "$link" "$codec"
-      tail -n 2 "$out/runs.jsonl"
+printf "%-12s %-55s %10s %10s\n" link config "A ms/step" "B ms/step"
+for link in loopback 100mbit; do
+  for config in "${configs[@]}"; do
+    for r in $(seq 1 "$repeats"); do
+      declare -A ms=()
+      for side in A B; do
+        bin="$a"; [ "$side" = B ] && bin="$b"
+        metrics="$out/${link}-${side}-${r}-$(echo "$config" | tr -c 'a-z0-9' '_').jsonl"
+        # shellcheck disable=SC2086
+        if [ "$link" = loopback ]; then
+          "$bin" train --workers 4 --threads 1 "${common[@]}" $config --metrics "$metrics" \
+            >/dev/null
+        else
+          "$bin" cluster --hosts 4 --bandwidth 100mbit -- "$bin" train --worker --threads 1 \
+            "${common[@]}" $config --metrics "$metrics" >/dev/null
+        fi
+        ms[$side]="$(step_ms "$metrics")"
+      done
+      printf "%-12s %-55s %10s %10s\n" "$link" "$config" "${ms[A]}" "${ms[B]}"
     done
   done
 done
-
-python3 - "$out/runs.jsonl" >"$out/summary.md" <<'PY'
-import json, sys, statistics
-runs = [json.loads(l) for l in open(sys.argv[1])]
-keys = sorted({(r["model"], r["link"], r["codec"]) for r in runs})
-print("| model | link | codec | A ms/step (mean, per round) | B ms/step (mean, per round) | B/A per round | B/A mean |")
-print("|---|---|---|---|---|---|---|")
-for model, link, codec in keys:
-    sel = [r for r in runs if (r["model"], r["link"], r["codec"]) == (model, link, codec)]
-    rounds = sorted({r["round"] for r in sel})
-    a = [next(r["step_ms"] for r in sel if r["round"] == k and r["binary"] == "A") for k in rounds]
-    b = [next(r["step_ms"] for r in sel if r["round"] == k and r["binary"] == "B") for k in rounds]
-    ratios = [y / x for x, y in zip(a, b)]
-    fmt = lambda v: " / ".join(f"{x:.1f}" for x in v)
-    print(f"| {model} | {link} | {codec} | {statistics.mean(a):.1f} ({fmt(a)}) | "
-          f"{statistics.mean(b):.1f} ({fmt(b)}) | {' / '.join(f'{x:.3f}' for x in ratios)} | "
-          f"{statistics.mean(ratios):.3f} |")
-PY
-cat "$out/summary.md"
