@@ -7,6 +7,7 @@
 # OUT/runs.jsonl; OUT/summary.md the per-step means and the ratio B / A per round.
 #
 #   bash bench/e2e/step_time_models_ab.sh A_BINARY B_BINARY OUT [ROUNDS] [STEPS]
+#   MODELS="cnn" bash bench/e2e/step_time_models_ab.sh ...   (default: cnn cnn-wide)
 #
 # Each run is one epoch of STEPS steps per worker (batch 64, --train-limit 256 x STEPS),
 # codec `none` on loopback and `int8` at 100 Mbit (what auto ends on there), one thread per
@@ -43,7 +44,7 @@ PY
 }
 
 for round in $(seq 1 "$rounds"); do
-  for model in cnn cnn-wide; do
+  for model in ${MODELS:-cnn cnn-wide}; do
     for link in loopback 100mbit; do
       codec=none
       [ "$link" = loopback ] || codec=int8

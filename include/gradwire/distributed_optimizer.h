@@ -32,7 +32,7 @@
 //   Collectives a program issues between backward and step (Context::allgather) come
 //   after the exchange on every rank.
 // - Parameters without a gradient: a parameter whose .grad is undefined on this rank at the
-//   exchange contributes zeros; the ranks agree (one small collective per exchange)
+//   exchange contributes zeros; the ranks agree (on the exchange's last collective)
 //   which parameters had a gradient anywhere. One that had none on every rank keeps an
 //   undefined .grad, so the optimizer skips it, as in single-process libtorch; one used
 //   on some ranks gets the average (DDP's find_unused_parameters). zero_grad() sets

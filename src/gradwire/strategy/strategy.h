@@ -92,6 +92,15 @@ class Strategy {
   // Replaces grads with the aggregated gradients of this step (all ranks equal).
   virtual void synchronize(const FloatSpans& grads) = 0;
 
+  // Carries the caller's `status` words on this strategy's own collectives
+  // (DistributedOptimizer's status: [failed, had-a-gradient per parameter], each 0 or 1):
+  // every synchronize() reads them just before its last collective and leaves in them the
+  // OR over the ranks (1 where any rank had a nonzero word), saving the caller a collective
+  // of its own per step. False when the strategy cannot (then the caller exchanges them).
+  // After start(); `status` must stay valid while the strategy lives. Words a strategy
+  // carries are not counted in traffic().
+  virtual bool carry_status(std::span<float> status) { return false; }
+
   // True when synchronize() already updated the parameters (e.g. a parameter server
   // applies the update); the optimizer must not step then.
   virtual bool applies_update() const { return false; }
@@ -130,8 +139,8 @@ class Strategy {
 
  protected:
   [[noreturn]] void refuse_checkpoints() const {
-    throw ConfigError("checkpoints through DistributedOptimizer are for allreduce jobs; " +
-                      name() + " jobs have none" +
+    throw ConfigError("checkpoints through DistributedOptimizer are for allreduce jobs; " + name() +
+                      " jobs have none" +
                       (name() == "ps" ? " (the servers checkpoint: --checkpoint-dir)" : ""));
   }
 };

@@ -149,6 +149,8 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
     m.broadcast_from_rank0(/*frozen_too=*/true);
     m.strategy->start(tensors, param_spans);
   }
+  m.status.assign(m.params.size() + 1, 0.0f);
+  m.status_carried = allreduce && m.context->world_size() > 1 && m.strategy->carry_status(m.status);
   m.correction.apply();  // every check passed: the optimizer changes only now
 
   // Tell the strategy when each gradient is final, so it can exchange it during backward

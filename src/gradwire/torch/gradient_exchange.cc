@@ -4,6 +4,7 @@
 #include <torch/csrc/autograd/variable.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <cstring>
 
 #include "gradwire/comm/collectives.h"
@@ -146,6 +147,11 @@ std::string DistributedOptimizer::Impl::exchange() {
   if (!groups.empty() && groups[0].options().get_lr() > 0) {
     strategy->set_learning_rate(groups[0].options().get_lr());
   }
+  // The status: did this rank fail, and which parameters had a gradient here. The
+  // strategy carries it on its last collective where it can (status_carried).
+  std::fill(status.begin(), status.end(), 0.0f);
+  status[0] = local_failure.empty() ? 0.0f : 1.0f;
+  for (size_t i = 0; i < n; ++i) status[i + 1] = used[i];
   try {
     strategy->synchronize(spans);  // a failed collective throws on every rank
   } catch (const std::exception& e) {
@@ -156,18 +162,14 @@ std::string DistributedOptimizer::Impl::exchange() {
     throw;
   }
 
-  // One status collective: did any rank fail, and which parameters got a gradient somewhere.
-  bool any_failed = !local_failure.empty();
-  std::vector<uint8_t> used_anywhere = used;
-  if (context->world_size() > 1) {
+  // The status over all ranks: any failure, and which parameters got a gradient somewhere.
+  if (context->world_size() > 1 && !status_carried) {
     TimelineSpan span("exchange status", "communicate");
-    status.assign(n + 1, 0.0f);
-    status[0] = local_failure.empty() ? 0.0f : 1.0f;
-    for (size_t i = 0; i < n; ++i) status[i + 1] = used[i];
     context->collectives().allreduce_max(status.data(), status.size());
-    any_failed = status[0] > 0;
-    for (size_t i = 0; i < n; ++i) used_anywhere[i] = status[i + 1] > 0;
   }
+  const bool any_failed = status[0] > 0;
+  std::vector<uint8_t> used_anywhere(n);
+  for (size_t i = 0; i < n; ++i) used_anywhere[i] = status[i + 1] > 0;
   std::string failure;
   if (any_failed) {
     // Every rank learns every cause (an allgather only when some rank failed).

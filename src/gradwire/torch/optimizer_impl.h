@@ -8,8 +8,10 @@
 //   each hook                  (overlap) hand the gradient to the strategy: its bucket
 //                              starts once complete
 //   final callback             report what no hook reported, wait for every bucket, the
-//                              low-rank tensors, then one status collective: which ranks
-//                              failed, which parameters got a gradient on some rank.
+//                              low-rank tensors; the step's last collective carries the
+//                              status: which ranks failed, which parameters got a
+//                              gradient on some rank (a collective of its own where the
+//                              strategy cannot carry it).
 //                              When backward() returns, .grad holds the aggregate.
 // A backward inside no_sync() only accumulates; step() exchanges what no backward did.
 // Parameter-server and gossip jobs exchange in step() (their workers do not step
@@ -78,7 +80,11 @@ struct DistributedOptimizer::Impl {
   // The last exchange failed on some rank (the message): .grad is not the aggregate, and
   // step() refuses until zero_grad().
   std::string failed;
-  std::vector<float> status;   // the status collective's buffer
+  // [failed, had-a-gradient per parameter]: sized once at construction (the strategy may
+  // hold a span of it), OR-reduced over the ranks at every exchange, by the strategy's
+  // last collective when it carries it (status_carried), else by a collective of its own.
+  std::vector<float> status;
+  bool status_carried = false;
   strategy::FloatSpans spans;  // the exchange's gradients, as the strategy sees them
 
   ~Impl();

@@ -422,12 +422,26 @@ bool AdaptiveStrategy::build_fit() {
   return true;
 }
 
+bool AdaptiveStrategy::carry_status(std::span<float> status) {
+  // Every plan carries it, or none is relied on (a plan that carried it anyway only ORs
+  // the words once more: the same result).
+  for (auto& plan : plans_) {
+    if (plan && !plan->carry_status(status)) return false;
+  }
+  status_ = status;
+  return true;
+}
+
 void AdaptiveStrategy::start_fit_plan(const std::string& policy) {
   AllreduceOptions o = base_;
   o.codec = policy;
   o.agree_at_start = false;
   auto plan = std::make_unique<AllreduceStrategy>(collectives_, o);
   plan->start(tensors_, params_);
+  // fit's buckets use the uniform plans' codecs, each of which carries a status.
+  if (!status_.empty() && !plan->carry_status(status_)) {
+    throw Error("plan fit '" + policy + "' cannot carry the exchange status");
+  }
   predicted_ms_[fit_] = 1e3 * plan->predicted_exchange_seconds(base_.link).value_or(0.0);
   plans_[fit_] = std::move(plan);
   options_.plans[fit_].policy = policy;

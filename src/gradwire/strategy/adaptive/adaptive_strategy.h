@@ -96,6 +96,8 @@ class AdaptiveStrategy : public Strategy {
   void synchronize(const FloatSpans& grads) override;
   TrafficStats traffic() const override;
   void set_learning_rate(double lr) override;
+  // Every plan carries it (fit too, when it is built).
+  bool carry_status(std::span<float> status) override;
   std::vector<CodecDecision> take_decisions() override;
   void save_state(Bytes& out) const override;
   void load_state(ByteReader& in) override;
@@ -169,6 +171,7 @@ class AdaptiveStrategy : public Strategy {
   uint64_t next_reprobe_ = 0;
 
   std::vector<CodecDecision> decisions_;
+  std::span<float> status_;  // carry_status(): the caller's words, every plan carries them
 };
 
 }  // namespace gradwire::strategy

@@ -6,34 +6,13 @@
 
 #include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/half.h"
 #include "gradwire/core/timeline.h"
 #include "gradwire/strategy/agreement.h"
+#include "gradwire/strategy/allreduce/allreduce_bucket.h"
 #include "gradwire/strategy/allreduce/sparse_exchange.h"
 
 namespace gradwire::strategy {
-
-struct AllreduceStrategy::Bucket {
-  std::vector<size_t> tensors;  // indices into tensors_
-  std::vector<size_t> offsets;  // element offset of each tensor in the wire buffer
-  size_t elements = 0;
-  std::optional<compress::WireType> wire;  // set: additive path
-  bool int8 = false;                       // shared-scale path (int8 codec)
-  bool sparse_codecs = false;              // message path, every codec sends_sparse
-  std::vector<uint8_t> wire_buffer;
-  // Shared-scale path: each tensor's first block in `maxima`, and the blocks' maxima.
-  std::vector<size_t> block_offsets;
-  std::vector<float> maxima;
-  // Message path, kept across steps so that a step allocates nothing once they are large
-  // enough: this rank's message, every rank's, and every rank's payload in it.
-  Bytes message;
-  std::vector<Bytes> gathered;
-  std::vector<std::vector<std::span<const uint8_t>>> payloads;
-  // Sparse codecs only (every tensor's codec sends_sparse): the split and dense paths,
-  // this rank's decoded payloads and the sum, n floats each.
-  std::unique_ptr<SparseExchange> sparse;
-  comm::SparsePath last_path = comm::SparsePath::kAllgather;
-  std::vector<float> mine, sum;
-};
 
 AllreduceStrategy::AllreduceStrategy(comm::Collectives& collectives, AllreduceOptions options)
     : collectives_(collectives), options_(std::move(options)) {
@@ -144,12 +123,73 @@ void AllreduceStrategy::count_dense(size_t bytes) {
   step_dense_.bytes_dense_on_wire += comm::ring_allreduce_wire_bytes(bytes, collectives_.size());
 }
 
+bool AllreduceStrategy::carry_status(std::span<float> status) {
+  if (!started_) throw Error("AllreduceStrategy::carry_status called before start");
+  if (status.empty()) return false;
+  if (!status_.empty()) return status_.data() == status.data() && status_.size() == status.size();
+  if (!low_rank_.empty()) {
+    // The low-rank exchange is the step's last: its P (or dense) allreduce takes them.
+    status_on_low_rank_ = true;
+    p_buffer_.resize(p_buffer_.size() + status.size());
+    status_bytes_ = status.size() * sizeof(float);
+  } else if (!buckets_.empty() && buckets_.back().wire) {
+    Bucket& last = buckets_.back();
+    const size_t element_size = compress::wire_type_size(*last.wire);
+    last.wire_buffer.resize((last.elements + status.size()) * element_size);
+    status_bucket_ = buckets_.size() - 1;
+    status_bytes_ = status.size() * element_size;
+  } else if (!buckets_.empty() && buckets_.back().int8) {
+    buckets_.back().maxima.resize(buckets_.back().maxima.size() + status.size());
+    status_bucket_ = buckets_.size() - 1;
+    status_bytes_ = status.size() * sizeof(float);
+  } else {
+    return false;
+  }
+  status_ = status;
+  return true;
+}
+
+void AllreduceStrategy::put_status(float* tail) const {
+  for (size_t i = 0; i < status_.size(); ++i) tail[i] = status_[i] != 0.0f ? 1.0f : 0.0f;
+}
+
+void AllreduceStrategy::take_status(const float* tail) {
+  for (size_t i = 0; i < status_.size(); ++i) status_[i] = tail[i] > 0.0f ? 1.0f : 0.0f;
+}
+
+void AllreduceStrategy::put_status(uint8_t* wire_tail, compress::WireType wire) const {
+  if (wire == compress::WireType::kFloat32) {
+    put_status(reinterpret_cast<float*>(wire_tail));
+    return;
+  }
+  const uint16_t one = float_to_half(1.0f);
+  for (size_t i = 0; i < status_.size(); ++i) {
+    const uint16_t word = status_[i] != 0.0f ? one : 0;
+    std::memcpy(wire_tail + i * sizeof word, &word, sizeof word);
+  }
+}
+
+void AllreduceStrategy::take_status(const uint8_t* wire_tail, compress::WireType wire) {
+  if (wire == compress::WireType::kFloat32) {
+    take_status(reinterpret_cast<const float*>(wire_tail));
+    return;
+  }
+  // A sum of halves that are 0 or 1 is +0 (all bits clear) exactly when every one was 0.
+  for (size_t i = 0; i < status_.size(); ++i) {
+    uint16_t word;
+    std::memcpy(&word, wire_tail + i * sizeof word, sizeof word);
+    status_[i] = word != 0 ? 1.0f : 0.0f;
+  }
+}
+
 void AllreduceStrategy::open_step() {
   step_grads_.assign(tensors_.size(), std::span<float>());
   reported_.assign(tensors_.size(), 0);
   step_start_ = collectives_.traffic();  // the executor is idle between steps
   step_dense_ = TrafficStats{};
-  executor_->begin_step(bucket_tensors_);
+  std::vector<size_t> counts = bucket_tensors_;
+  if (status_bucket_ != kNoBucket) ++counts[status_bucket_];  // released by synchronize()
+  executor_->begin_step(std::move(counts));
 }
 
 void AllreduceStrategy::report(size_t k, std::span<float> grad) {
@@ -263,59 +303,6 @@ std::vector<std::vector<size_t>> AllreduceStrategy::bucket_layout() const {
   return layout;
 }
 
-// State: tag, tensor count, the traffic counters, one section per tensor with its codec's
-// state (compress::Codec::save_state), then the last step's totals of every sparse bucket
-// (they choose the next step's path).
-namespace {
-constexpr uint32_t kAllreduceStateTag = 0x32525741;  // "AWR2"
-}  // namespace
-
-void AllreduceStrategy::save_state(Bytes& out) const {
-  if (!started_) throw Error("AllreduceStrategy::save_state called before start");
-  ByteWriter writer(out);
-  writer.put<uint32_t>(kAllreduceStateTag);
-  writer.put<uint64_t>(codecs_.size());
-  for (const uint64_t counter : {traffic_.steps, traffic_.bytes_contributed, traffic_.bytes_on_wire,
-                                 traffic_.bytes_dense, traffic_.bytes_dense_on_wire}) {
-    writer.put<uint64_t>(counter);
-  }
-  Bytes codec_state;
-  for (const auto& codec : codecs_) {
-    codec_state.clear();
-    codec->save_state(codec_state);
-    put_section(out, codec_state);
-  }
-  for (const Bucket& bucket : buckets_) {
-    if (bucket.sparse) bucket.sparse->totals().save(out);
-  }
-}
-
-void AllreduceStrategy::load_state(ByteReader& in) {
-  if (!started_) throw Error("AllreduceStrategy::load_state called before start");
-  if (in.get<uint32_t>("allreduce state tag") != kAllreduceStateTag) {
-    throw PayloadError("the checkpoint holds no allreduce strategy state where one was expected");
-  }
-  const auto count = in.get<uint64_t>("tensor count");
-  if (count != codecs_.size()) {
-    throw PayloadError("the checkpoint's exchange state is for " + std::to_string(count) +
-                       " tensors; this model has " + std::to_string(codecs_.size()));
-  }
-  TrafficStats traffic;
-  for (uint64_t* counter : {&traffic.steps, &traffic.bytes_contributed, &traffic.bytes_on_wire,
-                            &traffic.bytes_dense, &traffic.bytes_dense_on_wire}) {
-    *counter = in.get<uint64_t>("traffic counter");
-  }
-  for (size_t k = 0; k < codecs_.size(); ++k) {
-    ByteReader section = get_section(in, "codec state");
-    codecs_[k]->load_state(section);
-    section.expect_end(("codec state of tensor " + std::to_string(k)).c_str());
-  }
-  for (Bucket& bucket : buckets_) {
-    if (bucket.sparse) bucket.sparse->set_totals(SparseStepTotals::load_from(in));
-  }
-  traffic_ = traffic;
-}
-
 void AllreduceStrategy::synchronize(const FloatSpans& grads) {
   if (!started_) throw Error("AllreduceStrategy::synchronize called before start");
   if (grads.size() != tensors_.size()) {
@@ -330,6 +317,8 @@ void AllreduceStrategy::synchronize(const FloatSpans& grads) {
     for (size_t k = 0; k < tensors_.size(); ++k) {
       if (bucket_of_[k] != kNoBucket && !reported_[k]) report(k, grads[k]);
     }
+    // The carrier bucket goes now, with the status the caller has just set.
+    if (status_bucket_ != kNoBucket) executor_->tensor_ready(status_bucket_);
   }
   {
     TimelineSpan wait("wait for the exchange", "wait");
@@ -339,9 +328,12 @@ void AllreduceStrategy::synchronize(const FloatSpans& grads) {
     TimelineSpan span("low-rank exchange", "communicate");
     synchronize_low_rank(grads);
   }
+  // The carried status is the caller's bookkeeping, not gradient traffic: left out (on
+  // the wire as if it were an allreduce of its own; it adds under 0.01% to a bucket's).
   const comm::CollectiveTraffic& after = collectives_.traffic();
-  traffic_.bytes_contributed += after.contributed - step_start_.contributed;
-  traffic_.bytes_on_wire += after.on_wire - step_start_.on_wire;
+  traffic_.bytes_contributed += after.contributed - step_start_.contributed - status_bytes_;
+  traffic_.bytes_on_wire += after.on_wire - step_start_.on_wire -
+                            comm::ring_allreduce_wire_bytes(status_bytes_, collectives_.size());
   traffic_.bytes_dense += step_dense_.bytes_dense;
   traffic_.bytes_dense_on_wire += step_dense_.bytes_dense_on_wire;
   ++traffic_.steps;
@@ -360,14 +352,18 @@ void AllreduceStrategy::synchronize_additive(Bucket& bucket, const FloatSpans& g
                           bucket.wire_buffer.data() + bucket.offsets[j] * element_size);
     }
   }
+  const bool carrier = status_bucket_ == static_cast<size_t>(&bucket - buckets_.data());
+  uint8_t* status_tail = bucket.wire_buffer.data() + bucket.elements * element_size;
+  if (carrier) put_status(status_tail, *bucket.wire);
   {
     TimelineSpan span("communicate", "communicate");
     span.set_args(args);
-    collectives_.allreduce_sum(bucket.wire_buffer.data(), bucket.elements,
-                               *bucket.wire == compress::WireType::kFloat16
-                                   ? comm::DataType::kFloat16
-                                   : comm::DataType::kFloat32);
+    collectives_.allreduce_sum(
+        bucket.wire_buffer.data(), bucket.elements + (carrier ? status_.size() : 0),
+        *bucket.wire == compress::WireType::kFloat16 ? comm::DataType::kFloat16
+                                                     : comm::DataType::kFloat32);
   }
+  if (carrier) take_status(status_tail, *bucket.wire);
   TimelineSpan span("decode", "compute");
   span.set_args(args);
   for (size_t j = 0; j < bucket.tensors.size(); ++j) {
@@ -395,11 +391,15 @@ void AllreduceStrategy::synchronize_int8(Bucket& bucket, const FloatSpans& grads
                                                                maxima_of(j));
     }
   }
+  const bool carrier = status_bucket_ == static_cast<size_t>(&bucket - buckets_.data());
+  float* status_tail = bucket.maxima.data() + (bucket.maxima.size() - status_.size());
+  if (carrier) put_status(status_tail);
   {
     TimelineSpan span("communicate", "communicate");
     span.set_args(args);
     collectives_.allreduce_max(bucket.maxima.data(), bucket.maxima.size());
   }
+  if (carrier) take_status(status_tail);
   {
     TimelineSpan span("encode", "compute");
     span.set_args(args);
@@ -543,63 +543,6 @@ void AllreduceStrategy::synchronize_sparse(Bucket& bucket, const FloatSpans& gra
     const float* sum = bucket.sum.data() + bucket.offsets[j];
     std::span<float> grad = grads[bucket.tensors[j]];
     for (size_t i = 0; i < grad.size(); ++i) grad[i] = sum[i] * scale;
-  }
-}
-
-// PowerSGD: P = M Q for every tensor, one allreduce; orthonormalise, Q = M^T P, one
-// allreduce; the averaged factors give every rank the same P Q^T. Tensors in their codec's
-// dense start go in one fp32 allreduce-mean of their own instead.
-void AllreduceStrategy::synchronize_low_rank(const FloatSpans& grads) {
-  const float scale = 1.0f / static_cast<float>(collectives_.size());
-  // Decided once for the step: counting a dense step may end the dense start.
-  dense_now_.resize(low_rank_.size());
-  dense_buffer_.clear();
-  for (size_t j = 0; j < low_rank_.size(); ++j) {
-    const size_t k = low_rank_[j];
-    dense_now_[j] = codecs_[k]->low_rank()->dense_now() ? 1 : 0;
-    if (dense_now_[j]) dense_buffer_.insert(dense_buffer_.end(), grads[k].begin(), grads[k].end());
-  }
-  if (!dense_buffer_.empty()) {
-    collectives_.allreduce_sum(dense_buffer_.data(), dense_buffer_.size(),
-                               comm::DataType::kFloat32);
-    size_t offset = 0;
-    for (size_t j = 0; j < low_rank_.size(); ++j) {
-      if (!dense_now_[j]) continue;
-      const size_t k = low_rank_[j];
-      for (float& v : grads[k]) v = dense_buffer_[offset++] * scale;
-      codecs_[k]->low_rank()->count_dense_step();
-      count_dense(grads[k].size_bytes());
-    }
-  }
-  size_t p_used = 0;
-  for (size_t j = 0; j < low_rank_.size(); ++j) {
-    if (dense_now_[j]) continue;
-    auto* face = codecs_[low_rank_[j]]->low_rank();
-    face->begin(grads[low_rank_[j]], std::span<float>(p_buffer_).subspan(p_used, face->p_size()));
-    p_used += face->p_size();
-  }
-  if (p_used == 0) return;  // every low-rank tensor is still in its dense start
-  collectives_.allreduce_sum(p_buffer_.data(), p_used, comm::DataType::kFloat32);
-  for (size_t i = 0; i < p_used; ++i) p_buffer_[i] *= scale;
-  size_t p_offset = 0, q_used = 0;
-  for (size_t j = 0; j < low_rank_.size(); ++j) {
-    if (dense_now_[j]) continue;
-    auto* face = codecs_[low_rank_[j]]->low_rank();
-    face->middle(std::span<const float>(p_buffer_).subspan(p_offset, face->p_size()),
-                 std::span<float>(q_buffer_).subspan(q_used, face->q_size()));
-    p_offset += face->p_size();
-    q_used += face->q_size();
-  }
-  collectives_.allreduce_sum(q_buffer_.data(), q_used, comm::DataType::kFloat32);
-  for (size_t i = 0; i < q_used; ++i) q_buffer_[i] *= scale;
-  size_t q_offset = 0;
-  for (size_t j = 0; j < low_rank_.size(); ++j) {
-    if (dense_now_[j]) continue;
-    const size_t k = low_rank_[j];
-    auto* face = codecs_[k]->low_rank();
-    face->end(std::span<const float>(q_buffer_).subspan(q_offset, face->q_size()), grads[k]);
-    q_offset += face->q_size();
-    count_dense(grads[k].size_bytes());
   }
 }
 

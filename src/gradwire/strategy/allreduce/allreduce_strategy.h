@@ -66,6 +66,10 @@ class AllreduceStrategy : public Strategy {
   bool overlaps() const override { return options_.overlap; }
   void synchronize(const FloatSpans& grads) override;
   TrafficStats traffic() const override { return traffic_; }
+  // Carried on the last bucket when it is additive or int8 (the bucket then waits for
+  // synchronize(), which its tensors end anyway: they are backward's last), or on the
+  // low-rank exchange; not on a sparse or message bucket.
+  bool carry_status(std::span<float> status) override;
   void save_state(Bytes& out) const override;
   void load_state(ByteReader& in) override;
 
@@ -107,6 +111,13 @@ class AllreduceStrategy : public Strategy {
   void synchronize_low_rank(const FloatSpans& grads);
   // Adds `bytes` of fp32 gradient to the step's dense figures (as one ring allreduce).
   void count_dense(size_t bytes);
+  // The carried status (carry_status) in a bucket's or buffer's tail: written before its
+  // collective, the OR over the ranks read back after it (a sum or a max of words that are
+  // 0 or positive is nonzero exactly where some rank's word was).
+  void put_status(float* tail) const;
+  void take_status(const float* tail);
+  void put_status(uint8_t* wire_tail, compress::WireType wire) const;
+  void take_status(const uint8_t* wire_tail, compress::WireType wire);
 
   comm::Collectives& collectives_;
   AllreduceOptions options_;
@@ -122,6 +133,12 @@ class AllreduceStrategy : public Strategy {
   std::vector<size_t> bucket_tensors_;      // per bucket: how many tensors it holds
   TrafficStats traffic_;
   bool started_ = false;
+  // carry_status(): the caller's words, and the bucket that carries them (kNoBucket: none,
+  // or the low-rank exchange when status_on_low_rank_); its bytes, left out of traffic_.
+  std::span<float> status_;
+  size_t status_bucket_ = kNoBucket;
+  bool status_on_low_rank_ = false;
+  size_t status_bytes_ = 0;
 
   // The step in progress. Reports (step_grads_, reported_) happen under step_mutex_; the
   // executor reads step_grads_ of a bucket only after all its tensors were reported, and

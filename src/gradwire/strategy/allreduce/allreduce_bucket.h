@@ -1,0 +1,39 @@
+// AllreduceStrategy's bucket: what the files that implement the strategy share
+// (allreduce_strategy.cc, allreduce_checkpoint.cc).
+#pragma once
+
+#include <memory>
+#include <optional>
+#include <span>
+#include <vector>
+
+#include "gradwire/core/bytes.h"
+#include "gradwire/strategy/allreduce/allreduce_strategy.h"
+#include "gradwire/strategy/allreduce/sparse_exchange.h"
+
+namespace gradwire::strategy {
+
+struct AllreduceStrategy::Bucket {
+  std::vector<size_t> tensors;  // indices into tensors_
+  std::vector<size_t> offsets;  // element offset of each tensor in the wire buffer
+  size_t elements = 0;
+  std::optional<compress::WireType> wire;  // set: additive path
+  bool int8 = false;                       // shared-scale path (int8 codec)
+  bool sparse_codecs = false;              // message path, every codec sends_sparse
+  std::vector<uint8_t> wire_buffer;
+  // Shared-scale path: each tensor's first block in `maxima`, and the blocks' maxima.
+  std::vector<size_t> block_offsets;
+  std::vector<float> maxima;
+  // Message path, kept across steps so that a step allocates nothing once they are large
+  // enough: this rank's message, every rank's, and every rank's payload in it.
+  Bytes message;
+  std::vector<Bytes> gathered;
+  std::vector<std::vector<std::span<const uint8_t>>> payloads;
+  // Sparse codecs only (every tensor's codec sends_sparse): the split and dense paths,
+  // this rank's decoded payloads and the sum, n floats each.
+  std::unique_ptr<SparseExchange> sparse;
+  comm::SparsePath last_path = comm::SparsePath::kAllgather;
+  std::vector<float> mine, sum;
+};
+
+}  // namespace gradwire::strategy
