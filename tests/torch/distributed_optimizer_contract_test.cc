@@ -109,18 +109,6 @@ TEST(DistributedOptimizerContractTest, BuffersThatDifferAcrossRanksAreAMismatchN
   }
 }
 
-struct BatchNormNet : torch::nn::Module {
-  BatchNormNet() {
-    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)));
-    bn = register_module("bn", torch::nn::BatchNorm2d(4));
-    fc = register_module("fc", torch::nn::Linear(4 * 6 * 6, 5));
-  }
-  torch::Tensor forward(torch::Tensor x) { return fc(torch::relu(bn(conv(x))).flatten(1)); }
-  torch::nn::Conv2d conv{nullptr};
-  torch::nn::BatchNorm2d bn{nullptr};
-  torch::nn::Linear fc{nullptr};
-};
-
 std::vector<torch::Tensor> buffers_of(torch::nn::Module& net) {
   std::vector<torch::Tensor> out;
   for (auto& b : net.buffers()) out.push_back(b.detach().clone());

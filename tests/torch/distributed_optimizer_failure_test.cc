@@ -19,6 +19,23 @@ namespace {
 using torch::optim::SGD;
 using torch::optim::SGDOptions;
 
+// One process on both ranks' batches (16 samples a step), SGD with momentum, with step
+// `skipped` left out as the distributed program leaves out a failed step.
+std::vector<torch::Tensor> reference_skipping(const Problem& problem, int steps, int skipped) {
+  auto reference = problem.fresh_net();
+  SGD sgd(reference->parameters(), SGDOptions(0.1).momentum(0.9));
+  for (int s = 0; s < steps; ++s) {
+    if (s == skipped) continue;
+    sgd.zero_grad();
+    torch::nn::functional::cross_entropy(
+        reference->forward(problem.x.slice(0, s * 16, s * 16 + 16)),
+        problem.y.slice(0, s * 16, s * 16 + 16))
+        .backward();
+    sgd.step();
+  }
+  return reference->parameters();
+}
+
 // SmallNet whose backward throws on demand, halfway: after the last layer's gradients.
 struct FailingNet : SmallNet {
   bool fail = false;
@@ -38,17 +55,7 @@ TEST(DistributedOptimizerFailureTest, ABackwardThatThrowsOnOneRankFailsTheStepOn
   const Problem problem;
   constexpr int kBatch = 8, kSteps = 4, kBadStep = 1;
   // The reference skips the bad step on every rank, as the program below does.
-  auto reference = problem.fresh_net();
-  SGD reference_sgd(reference->parameters(), SGDOptions(0.1).momentum(0.9));
-  for (int s = 0; s < kSteps; ++s) {
-    if (s == kBadStep) continue;
-    reference_sgd.zero_grad();
-    torch::nn::functional::cross_entropy(
-        reference->forward(problem.x.slice(0, s * 16, s * 16 + 16)),
-        problem.y.slice(0, s * 16, s * 16 + 16))
-        .backward();
-    reference_sgd.step();
-  }
+  const auto want = reference_skipping(problem, kSteps, kBadStep);
   std::vector<std::vector<torch::Tensor>> results(2);
   std::vector<std::string> errors(2);
   testing::run_gloo_ranks(2, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
@@ -84,7 +91,6 @@ TEST(DistributedOptimizerFailureTest, ABackwardThatThrowsOnOneRankFailsTheStepOn
                            "every gradient was final"),
             std::string::npos)
       << errors[0];
-  const auto want = reference->parameters();
   for (int r = 0; r < 2; ++r) {
     for (size_t i = 0; i < want.size(); ++i) {
       EXPECT_TRUE(torch::allclose(results[r][i], want[i], /*rtol=*/0, /*atol=*/1e-5))
@@ -250,18 +256,7 @@ TEST(DistributedOptimizerFailureTest, AFailedCollectiveDuringBackwardFailsThatSt
   EXPECT_EQ(failed_steps[1], failed_steps[0]);
   EXPECT_NE(errors[0].find("injected failure of allreduce 5"), std::string::npos) << errors[0];
   // Every rank went on from the same state: the reference skips the failed step.
-  auto reference = problem.fresh_net();
-  SGD reference_sgd(reference->parameters(), SGDOptions(0.1).momentum(0.9));
-  for (int s = 0; s < kSteps; ++s) {
-    if (s == failed_steps[0][0]) continue;
-    reference_sgd.zero_grad();
-    torch::nn::functional::cross_entropy(
-        reference->forward(problem.x.slice(0, s * 16, s * 16 + 16)),
-        problem.y.slice(0, s * 16, s * 16 + 16))
-        .backward();
-    reference_sgd.step();
-  }
-  const auto want = reference->parameters();
+  const auto want = reference_skipping(problem, kSteps, failed_steps[0][0]);
   for (int r = 0; r < 2; ++r) {
     for (size_t i = 0; i < want.size(); ++i) {
       EXPECT_TRUE(torch::allclose(results[r][i], want[i], /*rtol=*/0, /*atol=*/1e-5))

@@ -16,18 +16,6 @@ namespace {
 using torch::optim::SGD;
 using torch::optim::SGDOptions;
 
-struct BatchNormNet : torch::nn::Module {
-  BatchNormNet() {
-    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)));
-    bn = register_module("bn", torch::nn::BatchNorm2d(4));
-    fc = register_module("fc", torch::nn::Linear(4 * 6 * 6, 5));
-  }
-  torch::Tensor forward(torch::Tensor x) { return fc(torch::relu(bn(conv(x))).flatten(1)); }
-  torch::nn::Conv2d conv{nullptr};
-  torch::nn::BatchNorm2d bn{nullptr};
-  torch::nn::Linear fc{nullptr};
-};
-
 constexpr int kWorld = 2, kBatch = 8, kBefore = 4, kAfter = 4;
 
 // Parameters and buffers of every rank after the steps [first, last) of a job with `codec`.

@@ -24,6 +24,19 @@ struct SmallNet : torch::nn::Module {
   torch::nn::Linear fc{nullptr};
 };
 
+// SmallNet with a BatchNorm: buffers to keep equal and to checkpoint.
+struct BatchNormNet : torch::nn::Module {
+  BatchNormNet() {
+    conv = register_module("conv", torch::nn::Conv2d(torch::nn::Conv2dOptions(1, 4, 3)));
+    bn = register_module("bn", torch::nn::BatchNorm2d(4));
+    fc = register_module("fc", torch::nn::Linear(4 * 6 * 6, 5));
+  }
+  torch::Tensor forward(torch::Tensor x) { return fc(torch::relu(bn(conv(x))).flatten(1)); }
+  torch::nn::Conv2d conv{nullptr};
+  torch::nn::BatchNorm2d bn{nullptr};
+  torch::nn::Linear fc{nullptr};
+};
+
 // Deterministic data and initial weights shared by every rank and the reference run.
 struct Problem {
   torch::Tensor x, y;
