@@ -179,10 +179,12 @@ std::string DistributedOptimizer::Impl::exchange() {
           std::span<const uint8_t>(causes[0].data(), causes[0].size()));
     }
     failure = "the gradient exchange failed on";
+    const char* separator = " rank ";
     for (size_t r = 0; r < causes.size(); ++r) {
       if (causes[r].empty()) continue;
-      failure += (failure.back() == 'n' ? " rank " : "; rank ") + std::to_string(r) + ": " +
-                 std::string(causes[r].begin(), causes[r].end());
+      failure +=
+          separator + std::to_string(r) + ": " + std::string(causes[r].begin(), causes[r].end());
+      separator = "; rank ";
     }
     failure += ". No rank's .grad holds the aggregate: zero_grad() and go on with the next batch";
     failed = failure;
