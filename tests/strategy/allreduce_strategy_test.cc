@@ -8,6 +8,7 @@
 #include <thread>
 
 #include "gradwire/comm/local_collectives.h"
+#include "gradwire/comm/ordered_collectives.h"
 #include "gradwire/core/error.h"
 
 namespace gradwire::strategy {
@@ -262,6 +263,34 @@ TEST(AllreduceStrategyTest, OverlapExchangesABucketBeforeSynchronizeAndMatchesTh
   const auto serial = run(false);
   EXPECT_EQ(overlapped[1], overlapped[0]);
   EXPECT_EQ(overlapped[0], serial[0]);  // bit for bit
+}
+
+TEST(AllreduceStrategyTest, DestructionWhileABucketIsBlockedReturnsAndPassesItsTurns) {
+  // One bucket per tensor. Rank 1 never joins the step: rank 0's first bucket blocks in its
+  // allreduce, the second is runnable with its turn reserved, when rank 0's strategy goes.
+  const std::vector<TensorInfo> tensors{{"a", {100}, LayerKind::kNorm},
+                                        {"b", {100}, LayerKind::kNorm}};
+  comm::run_local_ranks(2, 1500ms, [&](comm::Collectives& local) {
+    comm::OrderedCollectives c(std::make_unique<RecordingCollectives>(local));
+    std::vector<float> a(100), b(100);
+    auto strategy = std::make_unique<AllreduceStrategy>(
+        c, AllreduceOptions{.codec = "none", .bucket_bytes = 400, .first_bucket_bytes = 400});
+    strategy->start(tensors, {a, b});
+    ASSERT_EQ(strategy->bucket_layout().size(), 2u);
+    if (c.rank() == 1) return;
+    strategy->gradient_ready(1, b);  // bucket 0: its allreduce waits for rank 1
+    strategy->gradient_ready(0, a);  // bucket 1: runnable, its turn reserved
+    std::this_thread::sleep_for(50ms);
+    auto begin = std::chrono::steady_clock::now();
+    strategy.reset();  // returns: at the latest when bucket 0's allreduce times out
+    EXPECT_LT(std::chrono::steady_clock::now() - begin, 5s);
+    // Bucket 1's turn was passed: the next call is not kept waiting for it (it fails at
+    // once, the group being broken by the timeout; kept waiting it would time out too).
+    begin = std::chrono::steady_clock::now();
+    float x = 0;
+    EXPECT_THROW(c.allreduce_max(&x, 1), Error);
+    EXPECT_LT(std::chrono::steady_clock::now() - begin, 700ms);
+  });
 }
 
 TEST(AllreduceStrategyTest, AGradientReportedTwiceInAStepIsRefused) {

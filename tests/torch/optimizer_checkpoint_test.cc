@@ -97,5 +97,18 @@ TEST(OptimizerCheckpointTest, BatchNormBuffersAreRestored) {
   expect_exact_resume<BatchNormNet>("none");
 }
 
+// SmallNet whose conv is frozen (given to the optimizer all the same, as PyTorch programs
+// do): the resumed job starts from other weights, so only the checkpoint can give the
+// frozen conv back.
+struct FrozenConvNet : SmallNet {
+  FrozenConvNet() {
+    for (auto& p : conv->parameters()) p.set_requires_grad(false);
+  }
+};
+
+TEST(OptimizerCheckpointTest, FrozenParametersAreRestored) {
+  expect_exact_resume<FrozenConvNet>("none");
+}
+
 }  // namespace
 }  // namespace gradwire

@@ -70,7 +70,22 @@ void InOrderExecutor::loop() {
   std::unique_lock<std::mutex> lock(mutex_);
   while (true) {
     wake_.wait(lock, [&] { return stop_ || (in_step_ && next_ < posted_); });
-    if (stop_) return;
+    if (stop_) {
+      // The buckets made runnable but not run pass their turns, in order, so that the
+      // communicator's later callers are not kept waiting for them.
+      for (; next_ < posted_; ++next_) {
+        const uint64_t turn = turn_[next_];
+        lock.unlock();
+        try {
+          turns_.begin_turn(turn);
+        } catch (...) {
+          // An earlier turn never ended (its collective is stuck): ending ours skips it.
+        }
+        turns_.end_turn(turn);
+        lock.lock();
+      }
+      return;
+    }
     const size_t bucket = next_;
     const uint64_t turn = turn_[bucket];
     // After a failure the remaining buckets are skipped as they become ready (their turns

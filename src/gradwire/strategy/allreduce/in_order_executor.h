@@ -13,6 +13,9 @@
 //   begin_step(counts)   counts[b] = tensors of bucket b that will be reported this step
 //   tensor_ready(b)      one more tensor of bucket b is ready (any thread)
 //   finish_step()        waits until every bucket ran; rethrows the first error
+// Destruction waits for the bucket running, if any (a collective that never completes
+// ends at the communicator's timeout), runs no other, and passes the turns of the buckets
+// that were runnable.
 #pragma once
 
 #include <condition_variable>
