@@ -152,6 +152,13 @@ struct DistributedOptions {
   std::string compressor;
   size_t bucket_bytes = 25u << 20;
   size_t first_bucket_bytes = 1u << 20;  // the last layers' bucket, small so it starts early
+  // Lay the buckets out anew after a few steps (allreduce with overlap), from when each
+  // gradient was final and how long the exchanges took on this job's link, measured and
+  // agreed by the ranks: the boundaries that hide the most of the exchange under backward
+  // (docs/ARCHITECTURE.md). The sizes above then only give the first layout and the cap.
+  // Off, the layout is fixed at construction, and a run with a fixed codec repeats bit for
+  // bit (measured layouts may differ from run to run, and with them the order of sums).
+  bool measured_buckets = true;
   // Exchange each bucket as soon as backward has produced its gradients (as DDP does);
   // off, every bucket is exchanged at the end of backward, in the same order with the
   // same results bit for bit. Either way .grad is final when backward() returns.
@@ -300,6 +307,10 @@ class DistributedOptimizer {
   // The adaptive codecs' decisions since the last call, the same on every rank (empty for
   // a fixed codec). Log them from one rank.
   std::vector<CodecDecision> take_codec_decisions();
+  // Allreduce: the buckets in exchange order, by parameter name, and, once the measured
+  // layout is made (DistributedOptions::measured_buckets), what it rests on and predicts.
+  // Empty for the other strategies. Between steps.
+  std::string bucket_layout() const;
 
   // Checkpoints of allreduce jobs; both calls are collective (every rank, between steps).
   // save_checkpoint(): every rank's exchange state (error feedback's residuals and

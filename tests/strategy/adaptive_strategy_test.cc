@@ -312,8 +312,8 @@ std::vector<RankRun> run_ranks(int world, const RunSettings& settings,
       param_spans.emplace_back(params[t]);
       grad_spans.emplace_back(grads[t]);
     }
-    auto strategy =
-        create_strategy(*c, {.name = "allreduce", .codec = settings.codec, .link = settings.link});
+    auto strategy = create_strategy(
+        *c, {.name = "allreduce", .allreduce = {.codec = settings.codec, .link = settings.link}});
     auto* adaptive = dynamic_cast<AdaptiveStrategy*>(strategy.get());
     ASSERT_NE(adaptive, nullptr);
     strategy->start(tensors, param_spans);
@@ -562,12 +562,14 @@ TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
       s.gradient_ready(0, grad_spans[0]);
       s.synchronize(grad_spans);
     };
-    auto first = create_strategy(c, {.name = "allreduce", .codec = codec, .link = link});
+    auto first =
+        create_strategy(c, {.name = "allreduce", .allreduce = {.codec = codec, .link = link}});
     first->start(tensors, param_spans);
     for (int i = 0; i < 8; ++i) step(*first);
     Bytes state;
     first->save_state(state);
-    auto second = create_strategy(c, {.name = "allreduce", .codec = codec, .link = link});
+    auto second =
+        create_strategy(c, {.name = "allreduce", .allreduce = {.codec = codec, .link = link}});
     second->start(tensors, param_spans);
     ByteReader reader(state);
     second->load_state(reader);

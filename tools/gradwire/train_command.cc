@@ -44,64 +44,67 @@ std::string self_executable() {
 
 std::vector<std::string> worker_command(const TrainArgs& a) {
   const auto& o = a.options;
-  std::vector<std::string> cmd{self_executable(),
-                               "train",
-                               "--worker",
-                               "--model",
-                               o.model,
-                               "--strategy",
-                               o.strategy,
-                               "--compressor",
-                               o.compressor,
-                               "--bucket-mb",
-                               std::to_string(o.bucket_bytes / double(1 << 20)),
-                               "--overlap",
-                               o.overlap ? "on" : "off",
-                               "--sparse-aggregation",
-                               o.sparse_aggregation,
-                               "--link-bandwidth",
-                               std::to_string(static_cast<uint64_t>(o.link_bits_per_s)) + "bit",
-                               "--link-latency-us",
-                               std::to_string(o.link_latency_s * 1e6),
-                               "--epochs",
-                               std::to_string(o.epochs),
-                               "--batch-size",
-                               std::to_string(o.batch_size),
-                               "--lr",
-                               std::to_string(o.lr),
-                               "--momentum",
-                               std::to_string(o.momentum),
-                               "--weight-decay",
-                               std::to_string(o.weight_decay),
-                               "--consistency",
-                               o.ps.consistency,
-                               "--updater",
-                               o.ps.updater,
-                               "--pull",
-                               o.ps.pull,
-                               "--on-worker-loss",
-                               a.on_worker_loss,
-                               "--worker-timeout",
-                               std::to_string(o.ps.worker_timeout_s),
-                               "--checkpoint-every",
-                               std::to_string(o.ps.checkpoint_every),
-                               "--seed",
-                               std::to_string(o.seed),
-                               "--train-limit",
-                               std::to_string(o.train_limit),
-                               "--test-limit",
-                               std::to_string(o.test_limit),
-                               "--eval-every",
-                               std::to_string(o.eval_every),
-                               "--threads",
-                               std::to_string(a.threads),
-                               "--progress",
-                               a.progress};
-  if (o.strategy == "gossip") {
-    cmd.insert(cmd.end(), {"--topology", o.gossip.topology, "--gossip-trigger", o.gossip.trigger,
-                           "--gossip-merge", o.gossip.merge, "--peer-timeout",
-                           std::to_string(o.gossip.peer_timeout_s)});
-    if (o.gossip.wait) cmd.push_back("--gossip-wait");
+  std::vector<std::string> cmd{
+      self_executable(),
+      "train",
+      "--worker",
+      "--model",
+      o.model,
+      "--strategy",
+      o.exchange.strategy,
+      "--compressor",
+      o.exchange.compressor,
+      "--bucket-mb",
+      std::to_string(o.exchange.bucket_bytes / double(1 << 20)),
+      "--overlap",
+      o.exchange.overlap ? "on" : "off",
+      "--bucket-layout",
+      o.exchange.measured_buckets ? "measured" : "fixed",
+      "--sparse-aggregation",
+      o.exchange.sparse_aggregation,
+      "--link-bandwidth",
+      std::to_string(static_cast<uint64_t>(o.exchange.link_bits_per_s)) + "bit",
+      "--link-latency-us",
+      std::to_string(o.exchange.link_latency_s * 1e6),
+      "--epochs",
+      std::to_string(o.epochs),
+      "--batch-size",
+      std::to_string(o.batch_size),
+      "--lr",
+      std::to_string(o.lr),
+      "--momentum",
+      std::to_string(o.momentum),
+      "--weight-decay",
+      std::to_string(o.weight_decay),
+      "--consistency",
+      o.exchange.ps.consistency,
+      "--updater",
+      o.exchange.ps.updater,
+      "--pull",
+      o.exchange.ps.pull,
+      "--on-worker-loss",
+      a.on_worker_loss,
+      "--worker-timeout",
+      std::to_string(o.exchange.ps.worker_timeout_s),
+      "--checkpoint-every",
+      std::to_string(o.exchange.ps.checkpoint_every),
+      "--seed",
+      std::to_string(o.seed),
+      "--train-limit",
+      std::to_string(o.train_limit),
+      "--test-limit",
+      std::to_string(o.test_limit),
+      "--eval-every",
+      std::to_string(o.eval_every),
+      "--threads",
+      std::to_string(a.threads),
+      "--progress",
+      a.progress};
+  if (o.exchange.strategy == "gossip") {
+    cmd.insert(cmd.end(), {"--topology", o.exchange.gossip.topology, "--gossip-trigger",
+                           o.exchange.gossip.trigger, "--gossip-merge", o.exchange.gossip.merge,
+                           "--peer-timeout", std::to_string(o.exchange.gossip.peer_timeout_s)});
+    if (o.exchange.gossip.wait) cmd.push_back("--gossip-wait");
   }
   if (!o.data_dir.empty()) cmd.insert(cmd.end(), {"--data-dir", o.data_dir});
   if (!o.metrics_path.empty()) cmd.insert(cmd.end(), {"--metrics", o.metrics_path});
@@ -110,15 +113,15 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
   if (!o.test_worker_exit.empty()) {
     cmd.insert(cmd.end(), {"--test-worker-exit", o.test_worker_exit});
   }
-  if (!o.ps.checkpoint_dir.empty()) {
-    cmd.insert(cmd.end(), {"--checkpoint-dir", o.ps.checkpoint_dir});
+  if (!o.exchange.ps.checkpoint_dir.empty()) {
+    cmd.insert(cmd.end(), {"--checkpoint-dir", o.exchange.ps.checkpoint_dir});
   }
   return cmd;
 }
 
 int run_worker(TrainArgs& a) {
   if (a.threads > 0) train::set_compute_threads(a.threads);
-  a.options.ps.continue_on_worker_loss = a.on_worker_loss == "continue";
+  a.options.exchange.ps.continue_on_worker_loss = a.on_worker_loss == "continue";
   if (const char* attempt = std::getenv("TORCHELASTIC_RESTART_COUNT"); attempt && *attempt) {
     a.options.restart_count = std::atoi(attempt);  // set by the launcher (--max-restarts)
   }
@@ -137,13 +140,14 @@ int run_worker(TrainArgs& a) {
 
 int launch_workers(TrainArgs& a) {
   if (a.workers < 1) throw ConfigError("--workers must be at least 1");
-  a.options.compressor = strategy::codec_or_default(a.options.compressor, a.options.strategy);
+  a.options.exchange.compressor =
+      strategy::codec_or_default(a.options.exchange.compressor, a.options.exchange.strategy);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
   if (a.threads == 0) a.threads = std::max(1, cores / a.workers);  // one thread when N >= cores
   if (a.progress == "auto") a.progress = isatty(STDOUT_FILENO) ? "tty" : "lines";
   launch::LaunchOptions launch;
   launch.num_processes = a.workers;
-  if (a.options.strategy == "ps") {
+  if (a.options.exchange.strategy == "ps") {
     if (a.servers < 1) throw ConfigError("--servers must be at least 1");
     // Servers are ranks [workers, workers + servers): mostly waiting on the network, so
     // they do not count against the cores the workers' threads are sized by.
@@ -152,18 +156,19 @@ int launch_workers(TrainArgs& a) {
     launch.extra_env["GRADWIRE_PS_BIND"] = a.bind;
     // Worker 0 serves the rendezvous store and evaluates; any other worker may be lost
     // when the job is meant to go on without it.
-    if (a.on_worker_loss == "continue" || a.options.ps.consistency != "bsp") {
+    if (a.on_worker_loss == "continue" || a.options.exchange.ps.consistency != "bsp") {
       for (int r = 1; r < a.workers; ++r) launch.may_fail.insert(r);
     }
-  } else if (a.options.strategy == "gossip") {
+  } else if (a.options.exchange.strategy == "gossip") {
     launch.extra_env["GRADWIRE_PS_BIND"] = a.bind;  // where the workers listen for peers
     // Worker 0 holds the job's view and evaluates; the others may be lost.
     for (int r = 1; r < a.workers; ++r) launch.may_fail.insert(r);
   }
-  if (a.options.strategy != "ps" && !a.options.worker_speed.empty()) {
+  if (a.options.exchange.strategy != "ps" && !a.options.worker_speed.empty()) {
     throw ConfigError("--worker-speed applies to --strategy ps");
   }
-  if (a.options.strategy == "ps" && a.options.ps.consistency != "bsp" && !a.momentum_given) {
+  if (a.options.exchange.strategy == "ps" && a.options.exchange.ps.consistency != "bsp" &&
+      !a.momentum_given) {
     // The default momentum is BSP's; asynchronous workers add their own (updater.h).
     const double synchronous = a.options.momentum;
     a.options.momentum = strategy::ps::asynchronous_momentum(synchronous, a.workers);
@@ -193,17 +198,18 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--workers,-n", args->workers, "Number of worker processes")
       ->capture_default_str();
   cmd->add_option("--model", o.model, "cnn, cnn-wide or mlp")->capture_default_str();
-  cmd->add_option("--strategy", o.strategy, "Exchange strategy: allreduce, ps or gossip")
+  cmd->add_option("--strategy", o.exchange.strategy, "Exchange strategy: allreduce, ps or gossip")
       ->capture_default_str()
       ->check(CLI::IsMember({"allreduce", "ps", "gossip"}));
   cmd->add_option("--servers", args->servers, "Parameter servers (--strategy ps)")
       ->capture_default_str();
-  cmd->add_option("--consistency", o.ps.consistency, "bsp, ssp:S or asp (--strategy ps)")
+  cmd->add_option("--consistency", o.exchange.ps.consistency, "bsp, ssp:S or asp (--strategy ps)")
       ->capture_default_str();
-  cmd->add_option("--updater", o.ps.updater,
+  cmd->add_option("--updater", o.exchange.ps.updater,
                   "Server update rule: sgd, asgd-staleness, dc-asgd, dc-asgd-a, ddc-asgd")
       ->capture_default_str();
-  cmd->add_option("--pull", o.ps.pull, "How weights come back: none, fp16, bf16, delta:SPEC")
+  cmd->add_option("--pull", o.exchange.ps.pull,
+                  "How weights come back: none, fp16, bf16, delta:SPEC")
       ->capture_default_str();
   cmd->add_option("--worker-speed", o.worker_speed,
                   "Worker speeds to make staleness real: 1,1,1,0.25 or random:SEED");
@@ -214,32 +220,32 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "BSP: fail, or continue without a lost worker (SSP/ASP always continue)")
       ->capture_default_str()
       ->check(CLI::IsMember({"fail", "continue"}));
-  cmd->add_option("--worker-timeout", o.ps.worker_timeout_s,
+  cmd->add_option("--worker-timeout", o.exchange.ps.worker_timeout_s,
                   "Seconds of silence after which a worker is presumed lost")
       ->capture_default_str();
-  cmd->add_option("--checkpoint-dir", o.ps.checkpoint_dir,
+  cmd->add_option("--checkpoint-dir", o.exchange.ps.checkpoint_dir,
                   "Checkpoint here (allreduce: rank 0, the whole job's state; ps: the servers); "
                   "a job started on it resumes");
-  cmd->add_option("--checkpoint-every", o.ps.checkpoint_every,
+  cmd->add_option("--checkpoint-every", o.exchange.ps.checkpoint_every,
                   "Steps (allreduce) or server updates (ps) between checkpoints")
       ->capture_default_str();
   cmd->add_option("--bind", args->bind, "Address the servers (gossip: the workers) listen on")
       ->capture_default_str();
-  cmd->add_option("--topology", o.gossip.topology,
+  cmd->add_option("--topology", o.exchange.gossip.topology,
                   "Gossip: whom a worker exchanges with (ring, exponential, random[:seed=S])")
       ->capture_default_str();
-  cmd->add_option("--gossip-trigger", o.gossip.trigger,
+  cmd->add_option("--gossip-trigger", o.exchange.gossip.trigger,
                   "Gossip: when (every, period:K, adaptive[:calibration=..,kappa=..,t_max=..])")
       ->capture_default_str();
-  cmd->add_option("--gossip-merge", o.gossip.merge, "Gossip: pairwise or push-sum")
+  cmd->add_option("--gossip-merge", o.exchange.gossip.merge, "Gossip: pairwise or push-sum")
       ->capture_default_str();
-  cmd->add_flag("--gossip-wait", o.gossip.wait,
+  cmd->add_flag("--gossip-wait", o.exchange.gossip.wait,
                 "Gossip: the offering worker waits for its answer before its step ends");
-  cmd->add_option("--peer-timeout", o.gossip.peer_timeout_s,
+  cmd->add_option("--peer-timeout", o.exchange.gossip.peer_timeout_s,
                   "Gossip: seconds of silence after which a peer is presumed lost")
       ->capture_default_str();
   cmd->add_option("--weight-decay", o.weight_decay, "SGD weight decay")->capture_default_str();
-  cmd->add_option("--compressor", o.compressor,
+  cmd->add_option("--compressor", o.exchange.compressor,
                   "Codec spec (none, fp16, int8, topk:density=0.01, powersgd:rank=2, ...), a "
                   "layer policy (conv=...,fc=...,other=...), or an adaptive codec: auto "
                   "(measures none, fp16, int8 and PowerSGD and picks), accordion "
@@ -248,14 +254,21 @@ void add_train_command(CLI::App& app, int& exit_code) {
       "--bucket-mb",
       [&o](double mb) {
         if (!(mb > 0)) throw ConfigError("--bucket-mb must be positive");
-        o.bucket_bytes = static_cast<size_t>(mb * (1 << 20));
+        o.exchange.bucket_bytes = static_cast<size_t>(mb * (1 << 20));
       },
       "Fusion bucket size in MiB (default 25)");
   cmd->add_option_function<std::string>(
-         "--overlap", [&o](const std::string& v) { o.overlap = v == "on"; },
+         "--overlap", [&o](const std::string& v) { o.exchange.overlap = v == "on"; },
          "Exchange buckets during backward: on (default) or off")
       ->check(CLI::IsMember({"on", "off"}));
-  cmd->add_option("--sparse-aggregation", o.sparse_aggregation,
+  cmd->add_option_function<std::string>(
+         "--bucket-layout",
+         [&o](const std::string& v) { o.exchange.measured_buckets = v == "measured"; },
+         "measured (default): after a few steps, buckets laid out anew from when each "
+         "gradient was final and how long the exchanges took, kept only if measured faster; "
+         "fixed: the layout of --bucket-mb, and a run with a fixed codec repeats bit for bit")
+      ->check(CLI::IsMember({"measured", "fixed"}));
+  cmd->add_option("--sparse-aggregation", o.exchange.sparse_aggregation,
                   "How buckets of sparse codecs are summed: auto (by a cost model), allgather, "
                   "split (sparse reduce-scatter + allgather) or dense (docs/SCALING.md)")
       ->check(CLI::IsMember({"auto", "allgather", "split", "dense"}))
@@ -270,7 +283,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
           throw ConfigError(std::string("--link-bandwidth: ") + e.what());
         }
         if (bits == 0) throw ConfigError("--link-bandwidth must be a rate, e.g. 100mbit");
-        o.link_bits_per_s = static_cast<double>(bits);
+        o.exchange.link_bits_per_s = static_cast<double>(bits);
       },
       "Each rank's link, for the cost model of --sparse-aggregation auto and --compressor "
       "auto: tc's notation, e.g. 100mbit, 10gbit (default 1gbit)");
@@ -278,7 +291,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
       "--link-latency-us",
       [&o](double us) {
         if (!(us >= 0)) throw ConfigError("--link-latency-us must be 0 or more");
-        o.link_latency_s = us * 1e-6;
+        o.exchange.link_latency_s = us * 1e-6;
       },
       "One message step's time in the cost model, in microseconds (default 50)");
   cmd->add_option("--epochs", o.epochs)->capture_default_str();

@@ -25,16 +25,10 @@ std::string canonical_codec(const std::string& codec) {
 std::unique_ptr<Strategy> create_strategy(comm::Collectives& collectives,
                                           const StrategyOptions& options) {
   if (options.name == "allreduce") {
-    AllreduceOptions allreduce;
-    allreduce.codec = options.codec;
-    allreduce.bucket_bytes = options.bucket_bytes;
-    allreduce.first_bucket_bytes = options.first_bucket_bytes;
-    allreduce.overlap = options.overlap;
-    allreduce.sparse_aggregation = options.sparse_aggregation;
-    allreduce.link = options.link;
-    if (AdaptiveOptions::matches(options.codec)) {
-      return std::make_unique<AdaptiveStrategy>(collectives, AdaptiveOptions::parse(options.codec),
-                                                allreduce);
+    const AllreduceOptions& allreduce = options.allreduce;
+    if (AdaptiveOptions::matches(allreduce.codec)) {
+      return std::make_unique<AdaptiveStrategy>(collectives,
+                                                AdaptiveOptions::parse(allreduce.codec), allreduce);
     }
     return std::make_unique<AllreduceStrategy>(collectives, allreduce);
   }

@@ -6,19 +6,16 @@
 #include <vector>
 
 #include "gradwire/comm/collectives.h"
-#include "gradwire/comm/cost_model.h"
+#include "gradwire/strategy/allreduce/allreduce_strategy.h"
 #include "gradwire/strategy/strategy.h"
 
 namespace gradwire::strategy {
 
 struct StrategyOptions {
   std::string name = "allreduce";
-  std::string codec = "none";  // a layer policy, or an adaptive codec (auto, accordion)
-  size_t bucket_bytes = 25u << 20;
-  size_t first_bucket_bytes = 1u << 20;
-  bool overlap = true;
-  std::string sparse_aggregation = "auto";  // AllreduceOptions::sparse_aggregation
-  comm::LinkModel link;                     // AllreduceOptions::link
+  // Its codec is a layer policy, or an adaptive codec (auto, accordion: their plans take
+  // the rest of these options).
+  AllreduceOptions allreduce;
 };
 
 // Throws ConfigError for an unknown name, listing the available strategies.

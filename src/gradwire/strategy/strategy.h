@@ -117,6 +117,9 @@ class Strategy {
 
   // The codec decisions made since the last call (adaptive codecs; others make none).
   virtual std::vector<CodecDecision> take_decisions() { return {}; }
+  // The buckets in exchange order, by tensor name, and how they were chosen (strategies
+  // with buckets; others: empty). Between steps.
+  virtual std::string bucket_layout_summary() const { return {}; }
 
   // Checkpoints (DistributedOptimizer::save_checkpoint): this rank's state carried from
   // step to step (its codecs' states, its traffic counters, an adaptive codec's choices and

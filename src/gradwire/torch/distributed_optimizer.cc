@@ -39,6 +39,7 @@ std::vector<std::string> option_lines(const DistributedOptions& options) {
   return {
       "bucket bytes " + std::to_string(options.bucket_bytes),
       "first bucket bytes " + std::to_string(options.first_bucket_bytes),
+      std::string("measured buckets ") + (options.measured_buckets ? "on" : "off"),
       "link " + text(options.link_bits_per_s) + " bit/s, " + text(options.link_latency_s) + " s",
       std::string("broadcast buffers ") + (options.broadcast_buffers ? "on" : "off")};
 }
@@ -126,13 +127,15 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
   } else {
     strategy::StrategyOptions strategy_options;
     strategy_options.name = options.strategy;
-    strategy_options.codec = codec;
-    strategy_options.bucket_bytes = options.bucket_bytes;
-    strategy_options.first_bucket_bytes = options.first_bucket_bytes;
-    strategy_options.overlap = options.overlap;
-    strategy_options.sparse_aggregation = options.sparse_aggregation;
-    strategy_options.link =
+    strategy::AllreduceOptions& allreduce = strategy_options.allreduce;
+    allreduce.codec = codec;
+    allreduce.bucket_bytes = options.bucket_bytes;
+    allreduce.first_bucket_bytes = options.first_bucket_bytes;
+    allreduce.overlap = options.overlap;
+    allreduce.sparse_aggregation = options.sparse_aggregation;
+    allreduce.link =
         comm::LinkModel::from_bandwidth(options.link_latency_s, options.link_bits_per_s);
+    if (!options.measured_buckets) allreduce.layout_steps = 0;
     m.strategy = strategy::create_strategy(m.context->collectives(), strategy_options);
   }
   {
@@ -246,6 +249,10 @@ torch::Tensor DistributedOptimizer::step() {
 torch::optim::Optimizer& DistributedOptimizer::optimizer() { return *impl_->optimizer; }
 
 const std::string& DistributedOptimizer::codec_spec() const { return impl_->codec_spec; }
+
+std::string DistributedOptimizer::bucket_layout() const {
+  return impl_->strategy->bucket_layout_summary();
+}
 
 namespace {
 

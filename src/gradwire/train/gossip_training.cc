@@ -92,10 +92,7 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
 
   torch::manual_seed(options.seed);
   auto model = make_model(options.model);
-  DistributedOptions dist_options;
-  dist_options.strategy = "gossip";
-  dist_options.compressor = options.compressor;
-  dist_options.gossip = options.gossip;
+  const DistributedOptions& dist_options = options.exchange;
   DistributedOptimizer optimizer(
       context_ptr,
       torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(options.lr)
@@ -107,8 +104,8 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
     std::printf(
         "%d workers, gossip (topology %s, trigger %s, merge %s), model %s, codec %s, %zu "
         "training samples, batch %d per worker\n",
-        context.world_size(), options.gossip.topology.c_str(), options.gossip.trigger.c_str(),
-        options.gossip.merge.c_str(), options.model.c_str(), optimizer.codec_spec().c_str(),
+        context.world_size(), options.exchange.gossip.topology.c_str(), options.exchange.gossip.trigger.c_str(),
+        options.exchange.gossip.merge.c_str(), options.model.c_str(), optimizer.codec_spec().c_str(),
         train_set.size(), options.batch_size);
     std::fflush(stdout);
   }
@@ -294,10 +291,10 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
   out["elapsed_s"] = result.elapsed_s;
   out["workers"] = context.world_size();
   out["strategy"] = "gossip";
-  out["topology"] = options.gossip.topology;
-  out["gossip_trigger"] = options.gossip.trigger;
-  out["gossip_merge"] = options.gossip.merge;
-  out["compressor"] = options.compressor;
+  out["topology"] = options.exchange.gossip.topology;
+  out["gossip_trigger"] = options.exchange.gossip.trigger;
+  out["gossip_merge"] = options.exchange.gossip.merge;
+  out["compressor"] = options.exchange.compressor;
   out["codec"] = optimizer.codec_spec();
   out["model"] = options.model;
   out["batch_size"] = options.batch_size;
@@ -307,8 +304,8 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
   std::printf(
       "summary: %d workers, %s, gossip %s %s, compressor %s: test accuracy %.2f%% (the "
       "consensus model), %.1f s, %llu exchanges, bytes_on_wire/bytes_dense_on_wire %.4f%s\n",
-      context.world_size(), options.model.c_str(), options.gossip.topology.c_str(),
-      options.gossip.trigger.c_str(), options.compressor.c_str(), 100 * result.test_accuracy,
+      context.world_size(), options.model.c_str(), options.exchange.gossip.topology.c_str(),
+      options.exchange.gossip.trigger.c_str(), options.exchange.compressor.c_str(), 100 * result.test_accuracy,
       result.elapsed_s, static_cast<unsigned long long>(summary.offers), result.wire_ratio(),
       summary.lost.empty() ? "" : ", workers lost");
   std::fflush(stdout);

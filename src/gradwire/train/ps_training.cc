@@ -91,10 +91,7 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
 
   torch::manual_seed(options.seed);
   auto model = make_model(options.model);
-  DistributedOptions dist_options;
-  dist_options.strategy = "ps";
-  dist_options.compressor = options.compressor;
-  dist_options.ps = options.ps;
+  DistributedOptions dist_options = options.exchange;
   dist_options.ps.sample_budget = epoch_samples * static_cast<uint64_t>(options.epochs);
   DistributedOptimizer optimizer(
       context_ptr,
@@ -110,7 +107,7 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
     std::printf(
         "%d workers, parameter servers (%s, updater %s), model %s, codec %s, %zu training "
         "samples x %d epochs, batch %d per worker%s\n",
-        context.world_size(), options.ps.consistency.c_str(), options.ps.updater.c_str(),
+        context.world_size(), options.exchange.ps.consistency.c_str(), options.exchange.ps.updater.c_str(),
         options.model.c_str(), optimizer.codec_spec().c_str(), train_set.size(), options.epochs,
         options.batch_size,
         progress.samples ? (", resumed at " + std::to_string(progress.samples) + " samples").c_str()
@@ -282,7 +279,7 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   result.train_loss = last.value("train_loss", 0.0);
   nlohmann::json checksums = nlohmann::json::array();
   for (const auto& c : summary->checksums) checksums.push_back(c);
-  if (options.ps.consistency == "bsp") {
+  if (options.exchange.ps.consistency == "bsp") {
     for (const auto& c : summary->checksums) {
       if (!c.empty() && c != summary->checksums[0]) result.checksums_equal = false;
     }
@@ -302,11 +299,11 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   out["live_workers"] = p.live_workers;
   out["servers"] = static_cast<int>(context.parameter_servers()->endpoints.size());
   out["strategy"] = "ps";
-  out["consistency"] = options.ps.consistency;
-  out["updater"] = options.ps.updater;
-  out["pull"] = options.ps.pull;
+  out["consistency"] = options.exchange.ps.consistency;
+  out["updater"] = options.exchange.ps.updater;
+  out["pull"] = options.exchange.ps.pull;
   out["worker_speed"] = options.worker_speed;
-  out["compressor"] = options.compressor;
+  out["compressor"] = options.exchange.compressor;
   out["codec"] = optimizer.codec_spec();
   out["model"] = options.model;
   out["batch_size"] = options.batch_size;
@@ -323,8 +320,8 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
       "summary: %d workers, ps %s, updater %s, compressor %s: test accuracy %.2f%% (servers' "
       "final model), %.1f s, %llu updates, staleness mean %.2f p50 %llu p99 %llu max %llu, "
       "pushed/dense %.4f\n",
-      context.world_size(), options.ps.consistency.c_str(), options.ps.updater.c_str(),
-      options.compressor.c_str(), 100 * result.test_accuracy, result.elapsed_s,
+      context.world_size(), options.exchange.ps.consistency.c_str(), options.exchange.ps.updater.c_str(),
+      options.exchange.compressor.c_str(), 100 * result.test_accuracy, result.elapsed_s,
       static_cast<unsigned long long>(summary->version), summary->staleness_mean,
       static_cast<unsigned long long>(summary->staleness_p50),
       static_cast<unsigned long long>(summary->staleness_p99),

@@ -79,7 +79,7 @@ struct Position {
 };
 
 std::string checkpoint_path(const TrainOptions& options) {
-  return options.ps.checkpoint_dir.empty() ? "" : options.ps.checkpoint_dir + "/allreduce.ckpt";
+  return options.exchange.ps.checkpoint_dir.empty() ? "" : options.exchange.ps.checkpoint_dir + "/allreduce.ckpt";
 }
 
 // A checkpoint that cannot be written (a full disk) costs only itself: the previous one is
@@ -106,18 +106,18 @@ void set_compute_threads(int threads) {
 
 TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> context_ptr) {
   TrainOptions options = given;
-  options.compressor = strategy::codec_or_default(given.compressor, given.strategy);
+  options.exchange.compressor = strategy::codec_or_default(given.exchange.compressor, given.exchange.strategy);
   Context& context = *context_ptr;
   if (options.epochs < 1) throw ConfigError("--epochs must be at least 1");
   if (options.batch_size < 1) throw ConfigError("--batch-size must be at least 1");
   if (!(options.lr > 0)) throw ConfigError("--lr must be positive");
-  if (options.strategy == "ps") {
+  if (options.exchange.strategy == "ps") {
     if (!options.timeline_path.empty()) {
       throw ConfigError("--timeline records allreduce jobs; parameter-server jobs have none yet");
     }
     return run_ps_training(options, context_ptr);
   }
-  if (options.strategy == "gossip") return run_gossip_training(options, context_ptr);
+  if (options.exchange.strategy == "gossip") return run_gossip_training(options, context_ptr);
   if (!options.worker_speed.empty()) {
     throw ConfigError(
         "--worker-speed applies to --strategy ps (allreduce runs at the slowest "
@@ -130,20 +130,12 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
 
   torch::manual_seed(options.seed);
   auto model = make_model(options.model);
-  DistributedOptions dist_options;
-  dist_options.strategy = options.strategy;
-  dist_options.compressor = options.compressor;
-  dist_options.bucket_bytes = options.bucket_bytes;
-  dist_options.overlap = options.overlap;
-  dist_options.sparse_aggregation = options.sparse_aggregation;
-  dist_options.link_bits_per_s = options.link_bits_per_s;
-  dist_options.link_latency_s = options.link_latency_s;
   DistributedOptimizer optimizer(
       context_ptr,
       torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(options.lr)
                                                  .momentum(options.momentum)
                                                  .weight_decay(options.weight_decay)),
-      *model, dist_options);
+      *model, options.exchange);
 
   if (context.is_root()) {
     std::printf("%d workers, model %s, codec %s, %zu training samples, batch %d per worker\n",
@@ -166,7 +158,7 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   Position from;
   const std::string checkpoint = checkpoint_path(options);
   if (!checkpoint.empty()) {
-    if (context.is_root()) make_directories(options.ps.checkpoint_dir);
+    if (context.is_root()) make_directories(options.exchange.ps.checkpoint_dir);
     if (const auto saved = optimizer.load_checkpoint(checkpoint)) {
       from = Position::parse(*saved, steps);
       if (context.is_root()) {
@@ -266,8 +258,8 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
         evaluate_now(epoch);
         clock.resume();
       }
-      if (!checkpoint.empty() && options.ps.checkpoint_every > 0 &&
-          global_step % options.ps.checkpoint_every == 0) {
+      if (!checkpoint.empty() && options.exchange.ps.checkpoint_every > 0 &&
+          global_step % options.exchange.ps.checkpoint_every == 0) {
         clock.pause();
         Position now{epoch,           step + 1,          global_step, evaluated_step, accuracy,
                      clock.seconds(), epoch_train_start, loss_sum,    samples};
@@ -349,9 +341,10 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   summary["event"] = "summary";
   summary["elapsed_s"] = result.elapsed_s;
   summary["workers"] = context.world_size();
-  summary["strategy"] = options.strategy;
-  summary["compressor"] = options.compressor;
+  summary["strategy"] = options.exchange.strategy;
+  summary["compressor"] = options.exchange.compressor;
   summary["codec"] = optimizer.codec_spec();
+  summary["bucket_layout"] = optimizer.bucket_layout();
   summary["model"] = options.model;
   summary["batch_size"] = options.batch_size;
   summary["initial_checksum"] = initial_checksum;
@@ -361,7 +354,7 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
     std::printf(
         "summary: %d workers, %s, compressor %s: test accuracy %.2f%%, %.1f s, "
         "bytes_on_wire/bytes_dense_on_wire %.4f, ranks' parameters %s\n",
-        context.world_size(), options.model.c_str(), options.compressor.c_str(),
+        context.world_size(), options.model.c_str(), options.exchange.compressor.c_str(),
         100 * result.test_accuracy, result.elapsed_s, result.wire_ratio(),
         result.checksums_equal ? "identical" : "DIFFER");
     std::fflush(stdout);

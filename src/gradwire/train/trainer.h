@@ -25,13 +25,11 @@ enum class ProgressStyle { kNone, kLines, kTerminal };
 
 struct TrainOptions {
   std::string model = "cnn";
-  std::string strategy = "allreduce";
-  std::string compressor;  // DistributedOptions::compressor; empty: the strategy's default
-  size_t bucket_bytes = 25u << 20;
-  bool overlap = true;  // exchange buckets during backward (DistributedOptions::overlap)
-  std::string sparse_aggregation = "auto";  // DistributedOptions::sparse_aggregation
-  double link_bits_per_s = 1e9;             // DistributedOptions::link_bits_per_s
-  double link_latency_s = 50e-6;            // DistributedOptions::link_latency_s
+  // How gradients are exchanged (strategy, codec, buckets, overlap, link model, the
+  // parameter servers' and gossip's options), as DistributedOptimizer takes them. The
+  // compressor empty: the strategy's default. Strategy "ps" gets its sample budget from
+  // the epochs below.
+  DistributedOptions exchange;
   int epochs = 3;
   int batch_size = 32;  // per worker
   double lr = 0.05;
@@ -50,11 +48,6 @@ struct TrainOptions {
   // rank 0 writes them all to this file at the end, as Chrome trace-event JSON.
   std::string timeline_path;
   ProgressStyle progress = ProgressStyle::kLines;
-  // Strategy "ps": the servers' options. The job trains epochs x (training samples) samples
-  // over all workers together (a sample budget), so faster workers do more steps.
-  ParameterServerOptions ps;
-  // Strategy "gossip": topology, trigger, merge, peer timeout.
-  GossipOptions gossip;
   // Per-worker speed, to make staleness real on one machine: "" (all 1), a list
   // "1,1,1,0.25" (one per worker), or "random:SEED" (uniform in [0.25, 1]). A worker of
   // speed s sleeps (1/s - 1) x its compute time after each step's computation.

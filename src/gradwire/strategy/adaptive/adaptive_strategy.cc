@@ -166,10 +166,7 @@ void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
       plans_.push_back(nullptr);
       continue;
     }
-    AllreduceOptions o = base_;
-    o.codec = plan.policy;
-    o.agree_at_start = false;
-    plans_.push_back(std::make_unique<AllreduceStrategy>(collectives_, o));
+    plans_.push_back(std::make_unique<AllreduceStrategy>(collectives_, plan_options(plan.policy)));
     plans_.back()->start(tensors, params);
   }
   ready_at_.assign(tensors.size(), Clock::time_point{});
@@ -432,11 +429,19 @@ bool AdaptiveStrategy::carry_status(std::span<float> status) {
   return true;
 }
 
-void AdaptiveStrategy::start_fit_plan(const std::string& policy) {
+std::string AdaptiveStrategy::bucket_layout_summary() const {
+  return plans_[active_] ? plans_[active_]->bucket_layout_summary() : std::string();
+}
+
+AllreduceOptions AdaptiveStrategy::plan_options(const std::string& policy) const {
   AllreduceOptions o = base_;
   o.codec = policy;
   o.agree_at_start = false;
-  auto plan = std::make_unique<AllreduceStrategy>(collectives_, o);
+  return o;
+}
+
+void AdaptiveStrategy::start_fit_plan(const std::string& policy) {
+  auto plan = std::make_unique<AllreduceStrategy>(collectives_, plan_options(policy));
   plan->start(tensors_, params_);
   // fit's buckets use the uniform plans' codecs, each of which carries a status.
   if (!status_.empty() && !plan->carry_status(status_)) {

@@ -99,6 +99,8 @@ class AdaptiveStrategy : public Strategy {
   // Every plan carries it (fit too, when it is built).
   bool carry_status(std::span<float> status) override;
   std::vector<CodecDecision> take_decisions() override;
+  // The active plan's.
+  std::string bucket_layout_summary() const override;
   void save_state(Bytes& out) const override;
   void load_state(ByteReader& in) override;
 
@@ -149,6 +151,9 @@ class AdaptiveStrategy : public Strategy {
   // when it mixes codecs, appends it to the trial; true then.
   bool build_fit();
   void start_fit_plan(const std::string& policy);  // no collective
+  // base_ for the plan of `policy`. Each plan measures its own layout over the steps it
+  // is active (AllreduceOptions::layout_after, layout_steps).
+  AllreduceOptions plan_options(const std::string& policy) const;
   size_t fit_ = kNoPlan;                           // fit's index in the plans
   FitState fit_state_ = FitState::kPending;
   std::string fit_policy_;   // built: "other=SPEC,@NAME=SPEC,..."

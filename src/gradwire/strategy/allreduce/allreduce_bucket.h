@@ -7,11 +7,20 @@
 #include <span>
 #include <vector>
 
+#include "gradwire/compress/codec.h"
 #include "gradwire/core/bytes.h"
 #include "gradwire/strategy/allreduce/allreduce_strategy.h"
 #include "gradwire/strategy/allreduce/sparse_exchange.h"
 
 namespace gradwire::strategy {
+
+// Tensors share a bucket only when their codecs take the same path (additive with one wire
+// type, int8, sparse messages, other messages): equal kinds.
+inline int bucket_kind(compress::Codec& codec) {
+  if (const auto wire = codec.additive_wire()) return 1 + static_cast<int>(*wire);
+  if (codec.shared_scale() != nullptr) return -1;
+  return compress::sends_sparse(codec.id()) ? -2 : -3;
+}
 
 struct AllreduceStrategy::Bucket {
   std::vector<size_t> tensors;  // indices into tensors_

@@ -1,6 +1,8 @@
 // AllreduceStrategy's checkpoint state (Strategy::save_state, load_state).
 #include "gradwire/strategy/allreduce/allreduce_strategy.h"
 
+#include <algorithm>
+
 #include "gradwire/core/error.h"
 #include "gradwire/strategy/agreement.h"
 #include "gradwire/strategy/allreduce/allreduce_bucket.h"
@@ -8,10 +10,15 @@
 namespace gradwire::strategy {
 
 // State: tag, tensor count, the traffic counters, one section per tensor with its codec's
-// state (compress::Codec::save_state), then the last step's totals of every sparse bucket
-// (they choose the next step's path).
+// state (compress::Codec::save_state), the bucket layout (whether the measured one is made,
+// and every bucket's end in the fill order), then the last step's totals of every sparse
+// bucket (they choose the next step's path). A layout still being measured is measured
+// anew after a resume (the timings are not kept); a made one is restored, so a resumed run
+// sums in the same order as the run it continues. "AWR2" states (before the measured
+// layout) hold no layout: the first layout stays, measured again.
 namespace {
-constexpr uint32_t kAllreduceStateTag = 0x32525741;  // "AWR2"
+constexpr uint32_t kAllreduceStateTagV2 = 0x32525741;  // "AWR2"
+constexpr uint32_t kAllreduceStateTag = 0x33525741;    // "AWR3"
 }  // namespace
 
 void AllreduceStrategy::save_state(Bytes& out) const {
@@ -29,6 +36,10 @@ void AllreduceStrategy::save_state(Bytes& out) const {
     codec->save_state(codec_state);
     put_section(out, codec_state);
   }
+  writer.put<uint8_t>(layout_done_ ? 1 : 0);
+  writer.put<uint64_t>(buckets_.size());
+  size_t end = 0;
+  for (const Bucket& bucket : buckets_) writer.put<uint64_t>(end += bucket.tensors.size());
   for (const Bucket& bucket : buckets_) {
     if (bucket.sparse) bucket.sparse->totals().save(out);
   }
@@ -36,7 +47,8 @@ void AllreduceStrategy::save_state(Bytes& out) const {
 
 void AllreduceStrategy::load_state(ByteReader& in) {
   if (!started_) throw Error("AllreduceStrategy::load_state called before start");
-  if (in.get<uint32_t>("allreduce state tag") != kAllreduceStateTag) {
+  const auto tag = in.get<uint32_t>("allreduce state tag");
+  if (tag != kAllreduceStateTag && tag != kAllreduceStateTagV2) {
     throw PayloadError("the checkpoint holds no allreduce strategy state where one was expected");
   }
   const auto count = in.get<uint64_t>("tensor count");
@@ -54,10 +66,57 @@ void AllreduceStrategy::load_state(ByteReader& in) {
     codecs_[k]->load_state(section);
     section.expect_end(("codec state of tensor " + std::to_string(k)).c_str());
   }
+  if (tag == kAllreduceStateTag) load_layout(in);
   for (Bucket& bucket : buckets_) {
     if (bucket.sparse) bucket.sparse->set_totals(SparseStepTotals::load_from(in));
   }
   traffic_ = traffic;
+}
+
+void AllreduceStrategy::load_layout(ByteReader& in) {
+  const bool done = in.get<uint8_t>("layout made") != 0;
+  const auto count = in.get<uint64_t>("bucket count");
+  if (count > fill_order_.size()) {
+    throw PayloadError("the checkpoint's bucket layout has " + std::to_string(count) +
+                       " buckets for " + std::to_string(fill_order_.size()) + " tensors");
+  }
+  std::vector<size_t> ends;
+  for (uint64_t b = 0; b < count; ++b) {
+    const auto end = in.get<uint64_t>("bucket end");
+    const size_t first = ends.empty() ? 0 : ends.back();
+    if (end <= first || end > fill_order_.size()) {
+      throw PayloadError("the checkpoint's bucket layout is not one of this model's");
+    }
+    for (size_t i = first + 1; i < end; ++i) {
+      if (bucket_kind(*codecs_[fill_order_[i]]) != bucket_kind(*codecs_[fill_order_[first]])) {
+        throw PayloadError("the checkpoint's bucket layout mixes codecs in one bucket");
+      }
+    }
+    ends.push_back(end);
+  }
+  if (!ends.empty() && ends.back() != fill_order_.size()) {
+    throw PayloadError("the checkpoint's bucket layout leaves tensors out");
+  }
+  std::vector<size_t> current;
+  for (const Bucket& bucket : buckets_) {
+    current.push_back((current.empty() ? 0 : current.back()) + bucket.tensors.size());
+  }
+  if (ends != current) {
+    if (std::any_of(buckets_.begin(), buckets_.end(),
+                    [](const Bucket& b) { return !b.wire && !b.int8; })) {
+      throw PayloadError(
+          "the checkpoint's bucket layout differs from this strategy's, whose buckets keep "
+          "their first layout (sparse or message codecs)");
+    }
+    assign_buckets(ends);
+  }
+  if (done) {
+    layout_done_ = true;
+  } else if (!layout_done_) {
+    layout_seen_ = 0;  // measured anew
+    ready_samples_.assign(tensors_.size(), {});
+    exchange_samples_.clear();
+  }
 }
 
 }  // namespace gradwire::strategy

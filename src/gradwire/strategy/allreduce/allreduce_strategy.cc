@@ -53,9 +53,12 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
   // Reverse registration order approximates the order backward finishes gradients. A
   // tensor of at least the first bucket's size closes its bucket: its own bytes amortize a
   // collective's latency, and the smaller tensors backward finishes after it would only
-  // hold its exchange back (DDP lets them join up to the cap).
+  // hold its exchange back (DDP lets them join up to the cap). The measured layout may
+  // later move the boundaries, never the order.
   const size_t big = std::min(options_.first_bucket_bytes, options_.bucket_bytes);
-  bool closed = false;  // the last bucket takes no more tensors
+  std::vector<size_t> ends;  // of the buckets so far, in fill_order_
+  bool closed = false;       // the last bucket takes no more tensors
+  size_t elements = 0;       // in the last bucket
   size_t p_size = 0, q_size = 0;
   for (size_t k = tensors_.size(); k-- > 0;) {
     if (auto* face = codecs_[k]->low_rank()) {
@@ -65,57 +68,82 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
       continue;
     }
     const size_t n = tensors_[k].numel();
-    const auto wire = codecs_[k]->additive_wire();
-    auto* shared = codecs_[k]->shared_scale();
-    const bool int8 = shared != nullptr;
-    const bool sparse = !wire && !int8 && compress::sends_sparse(codecs_[k]->id());
-    const size_t cap = buckets_.size() == 1
-                           ? std::min(options_.first_bucket_bytes, options_.bucket_bytes)
-                           : options_.bucket_bytes;
-    const bool fits = !buckets_.empty() && !closed && buckets_.back().wire == wire &&
-                      buckets_.back().int8 == int8 && buckets_.back().sparse_codecs == sparse &&
-                      (buckets_.back().elements + n) * sizeof(float) <= cap;
+    const size_t cap = ends.empty() ? big : options_.bucket_bytes;
+    const bool fits = !fill_order_.empty() && !closed &&
+                      bucket_kind(*codecs_[k]) == bucket_kind(*codecs_[fill_order_.back()]) &&
+                      (elements + n) * sizeof(float) <= cap;
     if (!fits) {
-      buckets_.emplace_back();
-      buckets_.back().wire = wire;
-      buckets_.back().int8 = int8;
-      buckets_.back().sparse_codecs = sparse;
+      if (!fill_order_.empty()) ends.push_back(fill_order_.size());
+      elements = 0;
     }
-    Bucket& bucket = buckets_.back();
+    fill_order_.push_back(k);
+    elements += n;
     closed = n * sizeof(float) >= big;
-    bucket.tensors.push_back(k);
-    bucket.offsets.push_back(bucket.elements);
-    bucket.elements += n;
-    if (int8) {
-      bucket.block_offsets.push_back(bucket.maxima.size());
-      bucket.maxima.resize(bucket.maxima.size() + shared->blocks());
-    }
   }
-  for (Bucket& bucket : buckets_) {
-    if (bucket.wire) {
-      bucket.wire_buffer.resize(bucket.elements * compress::wire_type_size(*bucket.wire));
-    } else if (bucket.int8) {
-      if (compress::shared_scale_levels(collectives_.size()) == 0) {
+  if (!fill_order_.empty()) ends.push_back(fill_order_.size());
+  if (!ends.empty() && compress::shared_scale_levels(collectives_.size()) == 0) {
+    for (size_t k : fill_order_) {
+      if (codecs_[k]->shared_scale()) {
         throw ConfigError(
             "the int8 codec sums the ranks' values in int8, which overflows "
             "beyond 127 ranks; this job has " +
             std::to_string(collectives_.size()));
       }
-      bucket.wire_buffer.resize(bucket.elements);
-    } else if (bucket.sparse_codecs) {
-      bucket.sparse = std::make_unique<SparseExchange>(bucket.elements);
     }
   }
   p_buffer_.resize(p_size);
   q_buffer_.resize(q_size);
+  ready_at_.assign(tensors_.size(), Clock::time_point());
+  ready_samples_.assign(tensors_.size(), {});
+  assign_buckets(ends);
+  // The measured layout: with overlap, over buckets that are all additive or int8.
+  layout_done_ = options_.layout_steps == 0 || !options_.overlap || collectives_.size() == 1 ||
+                 buckets_.empty() ||
+                 std::any_of(buckets_.begin(), buckets_.end(),
+                             [](const Bucket& b) { return !b.wire && !b.int8; });
+  executor_ = std::make_unique<InOrderExecutor>(collectives_, [this](size_t b) { run_bucket(b); });
+  started_ = true;
+}
+
+void AllreduceStrategy::assign_buckets(const std::vector<size_t>& ends) {
+  buckets_.clear();
+  buckets_.resize(ends.size());
+  size_t first = 0;
+  for (size_t b = 0; b < ends.size(); ++b) {
+    Bucket& bucket = buckets_[b];
+    compress::Codec& codec = *codecs_[fill_order_[first]];
+    bucket.wire = codec.additive_wire();
+    bucket.int8 = codec.shared_scale() != nullptr;
+    bucket.sparse_codecs = !bucket.wire && !bucket.int8 && compress::sends_sparse(codec.id());
+    for (size_t i = first; i < ends[b]; ++i) {
+      const size_t k = fill_order_[i];
+      bucket.tensors.push_back(k);
+      bucket.offsets.push_back(bucket.elements);
+      bucket.elements += tensors_[k].numel();
+      if (bucket.int8) {
+        bucket.block_offsets.push_back(bucket.maxima.size());
+        bucket.maxima.resize(bucket.maxima.size() + codecs_[k]->shared_scale()->blocks());
+      }
+    }
+    if (bucket.wire) {
+      bucket.wire_buffer.resize(bucket.elements * compress::wire_type_size(*bucket.wire));
+    } else if (bucket.int8) {
+      bucket.wire_buffer.resize(bucket.elements);
+    } else if (bucket.sparse_codecs) {
+      bucket.sparse = std::make_unique<SparseExchange>(bucket.elements);
+    }
+    first = ends[b];
+  }
   bucket_of_.assign(tensors_.size(), kNoBucket);
   bucket_tensors_.assign(buckets_.size(), 0);
   for (size_t b = 0; b < buckets_.size(); ++b) {
     for (size_t k : buckets_[b].tensors) bucket_of_[k] = b;
     bucket_tensors_[b] = buckets_[b].tensors.size();
   }
-  executor_ = std::make_unique<InOrderExecutor>(collectives_, [this](size_t b) { run_bucket(b); });
-  started_ = true;
+  if (!status_.empty() && !status_on_low_rank_) {
+    status_bucket_ = kNoBucket;
+    if (!attach_status()) throw Error("the new bucket layout cannot carry the status");
+  }
 }
 
 void AllreduceStrategy::count_dense(size_t bytes) {
@@ -127,25 +155,31 @@ bool AllreduceStrategy::carry_status(std::span<float> status) {
   if (!started_) throw Error("AllreduceStrategy::carry_status called before start");
   if (status.empty()) return false;
   if (!status_.empty()) return status_.data() == status.data() && status_.size() == status.size();
+  status_ = status;
+  if (attach_status()) return true;
+  status_ = {};
+  return false;
+}
+
+bool AllreduceStrategy::attach_status() {
   if (!low_rank_.empty()) {
     // The low-rank exchange is the step's last: its P (or dense) allreduce takes them.
+    p_buffer_.resize(p_buffer_.size() + status_.size());
     status_on_low_rank_ = true;
-    p_buffer_.resize(p_buffer_.size() + status.size());
-    status_bytes_ = status.size() * sizeof(float);
+    status_bytes_ = status_.size() * sizeof(float);
   } else if (!buckets_.empty() && buckets_.back().wire) {
     Bucket& last = buckets_.back();
     const size_t element_size = compress::wire_type_size(*last.wire);
-    last.wire_buffer.resize((last.elements + status.size()) * element_size);
+    last.wire_buffer.resize((last.elements + status_.size()) * element_size);
     status_bucket_ = buckets_.size() - 1;
-    status_bytes_ = status.size() * element_size;
+    status_bytes_ = status_.size() * element_size;
   } else if (!buckets_.empty() && buckets_.back().int8) {
-    buckets_.back().maxima.resize(buckets_.back().maxima.size() + status.size());
+    buckets_.back().maxima.resize(buckets_.back().maxima.size() + status_.size());
     status_bucket_ = buckets_.size() - 1;
-    status_bytes_ = status.size() * sizeof(float);
+    status_bytes_ = status_.size() * sizeof(float);
   } else {
     return false;
   }
-  status_ = status;
   return true;
 }
 
@@ -187,6 +221,9 @@ void AllreduceStrategy::open_step() {
   reported_.assign(tensors_.size(), 0);
   step_start_ = collectives_.traffic();  // the executor is idle between steps
   step_dense_ = TrafficStats{};
+  measuring_ = layout_measuring();
+  step_exchange_s_ = 0;
+  if (measuring_) step_opened_ = Clock::now();
   std::vector<size_t> counts = bucket_tensors_;
   if (status_bucket_ != kNoBucket) ++counts[status_bucket_];  // released by synchronize()
   executor_->begin_step(std::move(counts));
@@ -199,6 +236,7 @@ void AllreduceStrategy::report(size_t k, std::span<float> grad) {
   }
   step_grads_[k] = grad;
   reported_[k] = 1;
+  if (measuring_) ready_at_[k] = Clock::now();
   executor_->tensor_ready(bucket_of_[k]);
 }
 
@@ -226,6 +264,7 @@ std::string AllreduceStrategy::timeline_args(const Bucket& bucket) const {
 }
 
 void AllreduceStrategy::run_bucket(size_t b) {
+  const Clock::time_point begin = measuring_ ? Clock::now() : Clock::time_point();
   Bucket& bucket = buckets_[b];
   if (bucket.wire) {
     synchronize_additive(bucket, step_grads_);
@@ -235,6 +274,7 @@ void AllreduceStrategy::run_bucket(size_t b) {
     synchronize_messages(bucket, step_grads_);
   }
   count_dense(bucket.elements * sizeof(float));
+  if (measuring_) step_exchange_s_ += std::chrono::duration<double>(Clock::now() - begin).count();
 }
 
 comm::SparsePath AllreduceStrategy::next_sparse_path(const Bucket& bucket,
@@ -309,6 +349,7 @@ void AllreduceStrategy::synchronize(const FloatSpans& grads) {
     throw Error("synchronize: expected " + std::to_string(tensors_.size()) + " gradients, got " +
                 std::to_string(grads.size()));
   }
+  const Clock::time_point backward_end = Clock::now();
   {
     // What backward did not report (overlap off, a parameter without a gradient, a
     // gradient no hook could see) is reported now; the buckets run in order as before.
@@ -337,6 +378,7 @@ void AllreduceStrategy::synchronize(const FloatSpans& grads) {
   traffic_.bytes_dense += step_dense_.bytes_dense;
   traffic_.bytes_dense_on_wire += step_dense_.bytes_dense_on_wire;
   ++traffic_.steps;
+  if (!layout_done_) measure_layout_step(backward_end);
 }
 
 void AllreduceStrategy::synchronize_additive(Bucket& bucket, const FloatSpans& grads) {

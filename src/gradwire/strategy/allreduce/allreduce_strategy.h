@@ -26,8 +26,23 @@
 // exchanges the low-rank tensors. Without it synchronize() reports them all: the same
 // work in the same order, so both paths give bitwise-identical results. The first bucket
 // (the last layers, finished first) is kept small so that the tail of backward overlaps.
+//
+// Measured layout: that first layout is a guess. With overlap on, after `layout_after`
+// steps the next `layout_steps` are timed (how long before backward's end each gradient
+// was final; how long the buckets' exchanges took against what the cost model predicts),
+// the ranks agree on the measurements (the latest readiness and the shortest exchange of
+// any rank, one allreduce-max), time a message step's latency (three one-float
+// allreduces, then the slowest rank's figure agreed), and plan_bucket_layout()
+// (bucket_layout.h) proposes the boundaries that hide the most of the exchange under the
+// rest of backward. The model cannot see everything (an exchange during backward takes
+// cores from it where ranks share a host), so the proposal runs `layout_steps` steps and
+// stays only if the slowest rank's median time from the step's first gradient to the end
+// of synchronize() fell by at least 1%; else the first layout comes back. Every decision
+// rests on agreed figures: the same layout on every rank. Buckets of sparse or message
+// codecs keep the first layout (their paths' statistics are per bucket).
 #pragma once
 
+#include <chrono>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -49,6 +64,11 @@ struct AllreduceOptions {
   // Buckets of sparse codecs: "auto", or always "allgather", "split" or "dense".
   std::string sparse_aggregation = "auto";
   comm::LinkModel link;  // what "auto" predicts with (its default: 1 Gbit/s, 50 us)
+  // The measured layout (see above): steps before the measurement, and steps measured
+  // (0: keep the first layout; then a layout depends on nothing measured, and a run
+  // repeats bit for bit, whereas two measured layouts may sum in different orders).
+  size_t layout_after = 1;
+  size_t layout_steps = 5;
   // start() checks the ranks' configuration and broadcasts rank 0's parameters; an
   // adaptive strategy that did both for all its plans turns it off.
   bool agree_at_start = true;
@@ -75,6 +95,10 @@ class AllreduceStrategy : public Strategy {
 
   // Bucket layout, for tests and diagnostics: tensor indices per bucket.
   std::vector<std::vector<size_t>> bucket_layout() const;
+  // The measured layout's inputs and prediction, one line ("" until it is made).
+  const std::string& layout_summary() const { return layout_summary_; }
+  // "[fc2.bias fc2.weight] [conv2.weight ...]" and layout_summary().
+  std::string bucket_layout_summary() const override;
   // The path bucket b's last exchange took (allgather for buckets that are not sparse).
   comm::SparsePath last_sparse_path(size_t b) const;
   // The exchange time of one step that the cost model predicts over `link` at this world:
@@ -90,7 +114,28 @@ class AllreduceStrategy : public Strategy {
 
  private:
   struct Bucket;
+  using Clock = std::chrono::steady_clock;
   static constexpr size_t kNoBucket = static_cast<size_t>(-1);  // low-rank tensors
+  // Makes the buckets: bucket b holds fill_order_[ends[b-1], ends[b]); their buffers, the
+  // tensors' bucket indices and the carried status. Between steps only.
+  void assign_buckets(const std::vector<size_t>& ends);
+  // Puts the carried status (status_) on the step's last collective; false if there is none
+  // that can take it.
+  bool attach_status();
+  // The measured layout (allreduce_layout.cc). True while this step is timed.
+  bool layout_measuring() const;
+  // After a step's exchange: keeps its timings; after the last measured step, agrees on
+  // them (collectives) and tries the layout they predict best; after as many steps of
+  // it, keeps it if it was faster. `backward_end`: when synchronize() was called.
+  void measure_layout_step(Clock::time_point backward_end);
+  // Lays the buckets out by the agreed measurements; false if the layout stays.
+  bool relayout();
+  void judge_layout();  // keeps the new layout or goes back to first_ends_ (a collective)
+  void end_layout();
+  // Seconds of one message step, timed on tiny allreduces and agreed (collectives).
+  double measure_alpha();
+  // The layout part of load_state (allreduce_checkpoint.cc).
+  void load_layout(ByteReader& in);
   // Starts a step: nothing reported yet. Holds step_mutex_.
   void open_step();
   // Marks tensor k's gradient `grad` ready for this step. Holds step_mutex_.
@@ -124,6 +169,7 @@ class AllreduceStrategy : public Strategy {
   std::optional<comm::SparsePath> sparse_path_;  // forced; unset: "auto"
   std::vector<compress::TensorInfo> tensors_;
   std::vector<std::unique_ptr<compress::Codec>> codecs_;  // one per tensor
+  std::vector<size_t> fill_order_;  // the bucketed tensors, in the order buckets take them
   std::vector<Bucket> buckets_;
   std::vector<size_t> low_rank_;            // tensors exchanged by synchronize_low_rank
   std::vector<float> p_buffer_, q_buffer_;  // their concatenated P and Q factors
@@ -148,6 +194,24 @@ class AllreduceStrategy : public Strategy {
   std::vector<uint8_t> reported_;  // per tensor: reported this step
   comm::CollectiveTraffic step_start_;
   TrafficStats step_dense_;
+
+  // The measured layout. ready_at_ is written under step_mutex_, step_exchange_s_ on the
+  // executor's thread; both are read after finish_step().
+  uint64_t layout_seen_ = 0;                        // steps synchronized while it is pending
+  bool layout_done_ = false;                        // made (or not to be made)
+  bool measuring_ = false;                          // this step is timed
+  std::vector<Clock::time_point> ready_at_;         // per tensor: reported, this step
+  double step_exchange_s_ = 0;                      // the buckets' exchange, this step
+  std::vector<std::vector<double>> ready_samples_;  // per tensor: s before backward's end
+  std::vector<double> exchange_samples_;            // per step: the buckets' seconds
+  // From the step's first report to synchronize()'s end: what the layout changes of a
+  // step. Before and after the new layout; the first layout's bucket ends.
+  Clock::time_point step_opened_;
+  std::vector<double> spans_before_, spans_after_;
+  std::vector<size_t> first_ends_;
+  bool layout_trial_ = false;                    // the new layout is being measured
+  static constexpr double kLayoutMargin = 0.01;  // what it must save to be kept
+  std::string layout_summary_;
   std::unique_ptr<InOrderExecutor> executor_;  // last: destroyed (joined) first
 };
 

@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# Training time and accuracy of gradwire configurations on emulated hosts, several seeds,
+# configurations interleaved within each seed (seed 0: every configuration, then seed 1, ...)
+# so that the machine's drift hits all of them alike. For the overlap of issue 25: the
+# compute floor (codec none, unshaped links), the defaults and the fixed plans at 100 Mbit.
+#
+#   bash bench/e2e/overlap_seeds.sh OUT SEEDS CONFIG...
+#   CONFIG: LABEL=BINARY,CODEC,LINK   (LINK: unlimited for the floor, else tc notation)
+#   HOSTS=4 MODEL=cnn EPOCHS=3 bash bench/e2e/overlap_seeds.sh out "0 1 2" \
+#       floor=build/gradwire,none,unlimited auto=build/gradwire,auto,100mbit
+#
+# One JSON line per run in OUT/runs.jsonl (train seconds, steps, final test accuracy, the
+# first evaluation at or above TARGET and its training seconds); OUT/summary.md the
+# per-seed table and, per configuration, the ratio to the floor of the same seed.
+# Settings are bench e2e's: batch 64 per worker, lr 0.05, momentum 0.9, one thread a rank.
+set -euo pipefail
+out="$1" seeds="$2"
+shift 2
+model="${MODEL:-cnn}" epochs="${EPOCHS:-3}" target="${TARGET:-0.88}" hosts="${HOSTS:-4}"
+mkdir -p "$out"
+touch "$out/runs.jsonl"
+for seed in $seeds; do
+  for config in "$@"; do
+    label="${config%%=*}"
+    IFS=, read -r bin codec link <<<"${config#*=}"
+    metrics="$out/metrics-$label-$model-seed$seed.jsonl"
+    rm -f "$metrics"
+    link_flag=()
+    [ "$link" = unlimited ] || link_flag=(--link-bandwidth "$link")
+    "$bin" cluster --hosts "$hosts" --bandwidth "$link" --no-prefix -- \
+      "$bin" train --worker --model "$model" --compressor "$codec" "${link_flag[@]}" \
+      --epochs "$epochs" --batch-size 64 --lr 0.05 --momentum 0.9 --seed "$seed" \
+      --threads 1 --eval-every $((60000 / (64 * hosts) / 4)) --progress none --metrics "$metrics" >"$out/log-$label-$model-seed$seed.txt" 2>&1
+    /usr/bin/python3 - "$metrics" "$label" "$codec" "$link" "$model" "$seed" "$target" >>"$out/runs.jsonl" <<'PY'
+import json, sys
+path, label, codec, link, model, seed, target = sys.argv[1:]
+rows = [json.loads(l) for l in open(path) if l.strip()]
+evals = [r for r in rows if "test_accuracy" in r]
+last = rows[-1]
+hit = next((r for r in evals if r["test_accuracy"] >= float(target)), None)
+summary = next((r for r in reversed(rows) if r.get("event") == "summary"), {})
+print(json.dumps({"label": label, "codec": codec, "link": link, "model": model,
+                  "seed": int(seed), "train_s": last["train_s"],
+                  "bucket_layout": summary.get("bucket_layout", ""),
+                  "steps": last.get("steps") or last.get("step"),
+                  "accuracy": evals[-1]["test_accuracy"] if evals else None,
+                  "target": float(target),
+                  "target_s": hit["train_s"] if hit else None}))
+PY
+    tail -n 1 "$out/runs.jsonl"
+  done
+done
+/usr/bin/python3 - "$out/runs.jsonl" >"$out/summary.md" <<'PY'
+import json, sys
+runs = [json.loads(l) for l in open(sys.argv[1])]
+labels = list(dict.fromkeys(r["label"] for r in runs))
+seeds = sorted({r["seed"] for r in runs})
+get = lambda l, s: next((r for r in runs if r["label"] == l and r["seed"] == s), None)
+print("| config | codec | link | train s per seed | accuracy per seed | train s / floor per seed |")
+print("|---|---|---|---|---|---|")
+for l in labels:
+    rs = [get(l, s) for s in seeds]
+    fl = [get(labels[0], s) for s in seeds]
+    r0 = next(r for r in rs if r)
+    ratio = " / ".join(f"{r['train_s'] / f['train_s']:.3f}" if r and f else "-" for r, f in zip(rs, fl))
+    print(f"| {l} | {r0['codec']} | {r0['link']} | "
+          + " / ".join(f"{r['train_s']:.1f}" if r else "-" for r in rs) + " | "
+          + " / ".join(f"{r['accuracy']:.4f}" if r and r["accuracy"] else "-" for r in rs)
+          + f" | {ratio} |")
+PY
+cat "$out/summary.md"
