@@ -155,7 +155,8 @@ struct DistributedOptions {
   // Lay the buckets out anew after a few steps (allreduce with overlap), from when each
   // gradient was final and how long the exchanges took on this job's link, measured and
   // agreed by the ranks: the boundaries that hide the most of the exchange under backward
-  // (docs/ARCHITECTURE.md). The sizes above then only give the first layout and the cap.
+  // (docs/ARCHITECTURE.md), kept only if measured faster than the first layout, the two
+  // taking turns. The sizes above then only give the first layout and the cap.
   // Off, the layout is fixed at construction, and a run with a fixed codec repeats bit for
   // bit (measured layouts may differ from run to run, and with them the order of sums).
   bool measured_buckets = true;

@@ -99,13 +99,19 @@ TEST_P(MeasuredLayoutTest, AfterTheMeasuredStepsTheEarlyTensorGetsABucketOfItsOw
     backward_step(strategy, c.rank(), c.size(), 2, tolerance);  // the last measured
     layouts[c.rank()] = strategy.bucket_layout();               // proposed, on trial
     EXPECT_FALSE(strategy.layout_summary().empty());
-    for (int step = 3; step < 5; ++step)
+    // Steps 3-6: the proposal and the first layout take turns.
+    for (int step = 3; step < 7; ++step) {
       backward_step(strategy, c.rank(), c.size(), step, tolerance);
+      if (step < 6) {
+        EXPECT_EQ(strategy.bucket_layout(), step % 2 == 1 ? first : layouts[c.rank()]);
+      }
+    }
     // Faster (fc's 30 ms hide under the 60 ms after it): kept.
     EXPECT_NE(strategy.layout_summary().find(": kept"), std::string::npos)
         << strategy.layout_summary();
-    for (int step = 5; step < 8; ++step)
+    for (int step = 7; step < 10; ++step) {
       backward_step(strategy, c.rank(), c.size(), step, tolerance);
+    }
     EXPECT_EQ(strategy.bucket_layout(), layouts[c.rank()]);  // once
   });
   EXPECT_EQ(layouts[0], (std::vector<std::vector<size_t>>{{1}, {0}}));
@@ -134,7 +140,7 @@ TEST(MeasuredLayoutTest, AProposalThatIsNotFasterIsUndone) {
     strategy.start(kTensors, {conv, fc});
     for (int step = 0; step < 3; ++step) backward_step(strategy, c.rank(), c.size(), step);
     ASSERT_EQ(strategy.bucket_layout().size(), 2u) << "proposed: " << strategy.layout_summary();
-    for (int step = 3; step < 6; ++step) backward_step(strategy, c.rank(), c.size(), step);
+    for (int step = 3; step < 7; ++step) backward_step(strategy, c.rank(), c.size(), step);
     EXPECT_EQ(strategy.bucket_layout(), (std::vector<std::vector<size_t>>{{1, 0}}));
     EXPECT_NE(strategy.layout_summary().find("the first layout kept"), std::string::npos)
         << strategy.layout_summary();
@@ -162,7 +168,7 @@ TEST(MeasuredLayoutTest, TheStatusMovesToTheNewLastBucket) {
     strategy.start(kTensors, {conv, fc});
     std::vector<float> status(3);
     ASSERT_TRUE(strategy.carry_status(status));
-    for (int step = 0; step < 6; ++step) {
+    for (int step = 0; step < 8; ++step) {  // the proposal and the first layout alternate
       // Rank 1 flags word `step % 3`: every rank reads the OR.
       std::fill(status.begin(), status.end(), 0.0f);
       if (c.rank() == 1) status[step % 3] = 1;
@@ -181,7 +187,7 @@ TEST(MeasuredLayoutTest, ACheckpointKeepsTheLayoutAndAResumeDoesNotMeasureAgain)
     {
       AllreduceStrategy strategy(c, options("none"));
       strategy.start(kTensors, {conv, fc});
-      for (int step = 0; step < 5; ++step) backward_step(strategy, c.rank(), c.size(), step);
+      for (int step = 0; step < 7; ++step) backward_step(strategy, c.rank(), c.size(), step);
       ASSERT_EQ(strategy.bucket_layout().size(), 2u) << strategy.layout_summary();
       strategy.save_state(state);
     }
@@ -191,7 +197,7 @@ TEST(MeasuredLayoutTest, ACheckpointKeepsTheLayoutAndAResumeDoesNotMeasureAgain)
     resumed.load_state(in);
     in.expect_end("allreduce state");
     EXPECT_EQ(resumed.bucket_layout(), (std::vector<std::vector<size_t>>{{1}, {0}}));
-    for (int step = 5; step < 10; ++step) backward_step(resumed, c.rank(), c.size(), step);
+    for (int step = 7; step < 12; ++step) backward_step(resumed, c.rank(), c.size(), step);
     EXPECT_EQ(resumed.bucket_layout().size(), 2u);
     EXPECT_TRUE(resumed.layout_summary().empty());  // not measured again
   });

@@ -5,6 +5,7 @@
 #include <torch/torch.h>
 
 #include <cstdio>
+#include <thread>
 
 #include "../common/command_runner.h"
 #include "gradwire/distributed_optimizer.h"
@@ -18,12 +19,43 @@ using torch::optim::SGDOptions;
 
 constexpr int kWorld = 2, kBatch = 8, kBefore = 4, kAfter = 4;
 
+// Collectives whose fp32 sums take 50 ms more: codec none is then slower than fp16 by far
+// on every rank and in every run, so what `auto` measures decides the same way each time.
+class SlowFloat32 : public comm::Collectives {
+ public:
+  explicit SlowFloat32(std::unique_ptr<comm::Collectives> inner) : inner_(std::move(inner)) {}
+  int rank() const override { return inner_->rank(); }
+  int size() const override { return inner_->size(); }
+  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
+  std::unique_ptr<comm::Work> allreduce_sum_async(void* data, size_t count,
+                                                  comm::DataType type) override {
+    if (type == comm::DataType::kFloat32)
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    return inner_->allreduce_sum_async(data, count, type);
+  }
+  void allreduce_max(float* data, size_t count) override { inner_->allreduce_max(data, count); }
+  using Collectives::allgather_bytes;
+  void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override {
+    inner_->allgather_bytes(data, out);
+  }
+  void alltoall_bytes(std::span<const Bytes> to, std::vector<Bytes>& out) override {
+    inner_->alltoall_bytes(to, out);
+  }
+  void broadcast(void* data, size_t bytes, int root) override {
+    inner_->broadcast(data, bytes, root);
+  }
+  void barrier() override { inner_->barrier(); }
+
+ private:
+  std::unique_ptr<comm::Collectives> inner_;
+};
+
 // Parameters and buffers of every rank after the steps [first, last) of a job with `codec`.
 template <typename Net>
 std::vector<std::vector<torch::Tensor>> run_job(const Problem& problem, const std::string& codec,
                                                 const std::string& sparse_aggregation, int first,
                                                 int last, const std::string& save_to,
-                                                const std::string& load_from) {
+                                                const std::string& load_from, bool slow_fp32) {
   // Both runs from step 0 start from the same weights; the resumed one from others, which
   // the checkpoint replaces.
   torch::manual_seed(load_from.empty() ? 1 : 2);
@@ -31,6 +63,7 @@ std::vector<std::vector<torch::Tensor>> run_job(const Problem& problem, const st
   for (int r = 0; r < kWorld; ++r) nets.push_back(std::make_shared<Net>());  // main thread
   std::vector<std::vector<torch::Tensor>> out(kWorld);
   testing::run_gloo_ranks(kWorld, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
+    if (slow_fp32) c = std::make_unique<SlowFloat32>(std::move(c));
     auto context = context_for(rank, kWorld, c);
     Net& net = *nets[rank];
     DistributedOptimizer opt(
@@ -56,15 +89,17 @@ std::vector<std::vector<torch::Tensor>> run_job(const Problem& problem, const st
 }
 
 template <typename Net>
-void expect_exact_resume(const std::string& codec, const std::string& sparse_aggregation = "auto") {
+void expect_exact_resume(const std::string& codec, const std::string& sparse_aggregation = "auto",
+                         bool slow_fp32 = false) {
   SCOPED_TRACE(codec);
   const Problem problem;
   const std::string path = testing::temp_path("gw_ckpt_", "job.ckpt");
   std::remove(path.c_str());
-  const auto whole = run_job<Net>(problem, codec, sparse_aggregation, 0, kBefore + kAfter, "", "");
-  run_job<Net>(problem, codec, sparse_aggregation, 0, kBefore, path, "");
-  const auto resumed =
-      run_job<Net>(problem, codec, sparse_aggregation, kBefore, kBefore + kAfter, "", path);
+  const auto whole =
+      run_job<Net>(problem, codec, sparse_aggregation, 0, kBefore + kAfter, "", "", slow_fp32);
+  run_job<Net>(problem, codec, sparse_aggregation, 0, kBefore, path, "", slow_fp32);
+  const auto resumed = run_job<Net>(problem, codec, sparse_aggregation, kBefore, kBefore + kAfter,
+                                    "", path, slow_fp32);
   std::remove(path.c_str());
   for (int r = 0; r < kWorld; ++r) {
     ASSERT_EQ(resumed[r].size(), whole[r].size());
@@ -89,6 +124,13 @@ TEST(OptimizerCheckpointTest, PowerSgdKeepsItsFactorsAndDenseStart) {
 TEST(OptimizerCheckpointTest, ErrorFeedbackCodecsKeepTheirResidualsAndMomentum) {
   expect_exact_resume<SmallNet>("2bit");
   expect_exact_resume<SmallNet>("topk:density=0.1", "split");
+}
+TEST(OptimizerCheckpointTest, AutoSavedInTheMiddleOfATrialGoesOnWithIt) {
+  // The trial measures fp16 (the least predicted exchange) on steps 0-2 and none on 3-5
+  // (a warm-up step and two measured each), then picks fp16 (none is 50 ms a step slower
+  // here). Saved after step 3, in none's trial (its warm-up done): the resumed job must
+  // measure none on steps 4 and 5 and switch at step 6, as the job that never stopped did.
+  expect_exact_resume<SmallNet>("auto:plans=none/fp16,trial=2", "auto", /*slow_fp32=*/true);
 }
 TEST(OptimizerCheckpointTest, AccordionKeepsItsRegime) {
   expect_exact_resume<SmallNet>("accordion:window=2");

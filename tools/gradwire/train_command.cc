@@ -265,7 +265,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
          "--bucket-layout",
          [&o](const std::string& v) { o.exchange.measured_buckets = v == "measured"; },
          "measured (default): after a few steps, buckets laid out anew from when each "
-         "gradient was final and how long the exchanges took, kept only if measured faster; "
+         "gradient was final and how long the exchanges took, kept only if faster than the "
+         "first layout, the two taking turns; "
          "fixed: the layout of --bucket-mb, and a run with a fixed codec repeats bit for bit")
       ->check(CLI::IsMember({"measured", "fixed"}));
   cmd->add_option("--sparse-aggregation", o.exchange.sparse_aggregation,

@@ -52,19 +52,23 @@ void AllreduceStrategy::measure_layout_step(Clock::time_point backward_end) {
             std::max(0.0, std::chrono::duration<double>(backward_end - ready_at_[k]).count()));
       }
       exchange_samples_.push_back(step_exchange_s_);
-      spans_before_.push_back(span);
     } else {
-      spans_after_.push_back(span);
+      (trial_on_proposal_ ? spans_after_ : spans_before_).push_back(span);
     }
   }
   ++layout_seen_;
   const uint64_t measured = options_.layout_after + options_.layout_steps;
   if (!layout_trial_ && layout_seen_ >= measured) {
     layout_trial_ = relayout();
+    trial_on_proposal_ = layout_trial_;
     if (!layout_trial_) end_layout();
-  } else if (layout_trial_ && layout_seen_ >= measured + options_.layout_steps) {
+  } else if (layout_trial_ && layout_seen_ >= measured + 2 * options_.layout_steps) {
     judge_layout();
     end_layout();
+  } else if (layout_trial_) {
+    // The two layouts take turns, step by step: what drifts meanwhile hits both alike.
+    trial_on_proposal_ = !trial_on_proposal_;
+    assign_buckets(trial_on_proposal_ ? proposal_ends_ : first_ends_);
   }
 }
 
@@ -86,7 +90,7 @@ void AllreduceStrategy::judge_layout() {
   layout_summary_ += "; backward and exchange measured " + milliseconds(words[0]) + " -> " +
                      milliseconds(words[1]) +
                      (keep ? ": kept" : ": not faster, the first layout kept");
-  if (!keep) assign_buckets(first_ends_);
+  assign_buckets(keep ? proposal_ends_ : first_ends_);
 }
 
 double AllreduceStrategy::measure_alpha() {
@@ -158,8 +162,13 @@ bool AllreduceStrategy::relayout() {
                     " buckets; exchange measured " + milliseconds(measured) + " (as " + rate +
                     " Mbit/s, " + latency + " us a message step); exposed after backward " +
                     "predicted " + milliseconds(before) + " -> " + milliseconds(planned.exposed_s);
-  if (planned.ends == ends) return false;
+  // A proposal predicted to save less than a tenth of the wait is not worth its trial.
+  if (planned.ends == ends || planned.exposed_s > kProposalGain * before) {
+    layout_summary_ += ": the first layout kept";
+    return false;
+  }
   first_ends_ = ends;
+  proposal_ends_ = planned.ends;
   assign_buckets(planned.ends);
   return true;
 }

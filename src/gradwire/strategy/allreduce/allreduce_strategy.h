@@ -35,9 +35,10 @@
 // allreduces, then the slowest rank's figure agreed), and plan_bucket_layout()
 // (bucket_layout.h) proposes the boundaries that hide the most of the exchange under the
 // rest of backward. The model cannot see everything (an exchange during backward takes
-// cores from it where ranks share a host), so the proposal runs `layout_steps` steps and
-// stays only if the slowest rank's median time from the step's first gradient to the end
-// of synchronize() fell by at least 1%; else the first layout comes back. Every decision
+// cores from it where ranks share a host), so the proposal and the first layout then take
+// turns for 2 x `layout_steps` steps, and the proposal stays only if the slowest rank's
+// median time from the step's first gradient to the end of synchronize() is at least 1%
+// shorter under it; else the first layout comes back. Every decision
 // rests on agreed figures: the same layout on every rank. Buckets of sparse or message
 // codecs keep the first layout (their paths' statistics are per bucket).
 #pragma once
@@ -125,12 +126,13 @@ class AllreduceStrategy : public Strategy {
   // The measured layout (allreduce_layout.cc). True while this step is timed.
   bool layout_measuring() const;
   // After a step's exchange: keeps its timings; after the last measured step, agrees on
-  // them (collectives) and tries the layout they predict best; after as many steps of
-  // it, keeps it if it was faster. `backward_end`: when synchronize() was called.
+  // them (collectives) and proposes the layout they predict best; then alternates the two
+  // layouts and keeps the faster (a collective). `backward_end`: when synchronize() was
+  // called.
   void measure_layout_step(Clock::time_point backward_end);
   // Lays the buckets out by the agreed measurements; false if the layout stays.
   bool relayout();
-  void judge_layout();  // keeps the new layout or goes back to first_ends_ (a collective)
+  void judge_layout();  // keeps the proposal or goes back to first_ends_ (a collective)
   void end_layout();
   // Seconds of one message step, timed on tiny allreduces and agreed (collectives).
   double measure_alpha();
@@ -205,12 +207,14 @@ class AllreduceStrategy : public Strategy {
   std::vector<std::vector<double>> ready_samples_;  // per tensor: s before backward's end
   std::vector<double> exchange_samples_;            // per step: the buckets' seconds
   // From the step's first report to synchronize()'s end: what the layout changes of a
-  // step. Before and after the new layout; the first layout's bucket ends.
+  // step, under the first layout and under the proposal (the bucket ends of each).
   Clock::time_point step_opened_;
   std::vector<double> spans_before_, spans_after_;
-  std::vector<size_t> first_ends_;
-  bool layout_trial_ = false;                    // the new layout is being measured
+  std::vector<size_t> first_ends_, proposal_ends_;
+  bool layout_trial_ = false;                    // the two layouts are being compared
+  bool trial_on_proposal_ = false;               // this step runs the proposal
   static constexpr double kLayoutMargin = 0.01;  // what it must save to be kept
+  static constexpr double kProposalGain = 0.9;   // the predicted wait, at most, to propose
   std::string layout_summary_;
   std::unique_ptr<InOrderExecutor> executor_;  // last: destroyed (joined) first
 };
