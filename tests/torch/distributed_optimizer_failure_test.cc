@@ -188,35 +188,18 @@ TEST(DistributedOptimizerFailureTest, MomentumCorrectionIsUndoneWhenTheOptimizer
 
 // Forwards to a real communicator, except that its `fail_at`-th allreduce-sum fails (on
 // every rank alike, as a broken connection fails on both of its ends).
-class FailingCollectives : public comm::Collectives {
+class FailingCollectives : public ForwardingCollectives {
  public:
   FailingCollectives(std::unique_ptr<comm::Collectives> inner, int fail_at)
-      : inner_(std::move(inner)), fail_at_(fail_at) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
-  const comm::CollectiveTraffic& traffic() const override { return inner_->traffic(); }
+      : ForwardingCollectives(std::move(inner)), fail_at_(fail_at) {}
   std::unique_ptr<comm::Work> allreduce_sum_async(void* data, size_t count,
                                                   comm::DataType type) override {
     if (++calls_ == fail_at_)
       throw Error("injected failure of allreduce " + std::to_string(calls_));
-    return inner_->allreduce_sum_async(data, count, type);
+    return ForwardingCollectives::allreduce_sum_async(data, count, type);
   }
-  void allreduce_max(float* data, size_t count) override { inner_->allreduce_max(data, count); }
-  using comm::Collectives::allgather_bytes;
-  void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override {
-    inner_->allgather_bytes(data, out);
-  }
-  void alltoall_bytes(std::span<const Bytes> to, std::vector<Bytes>& out) override {
-    inner_->alltoall_bytes(to, out);
-  }
-  void broadcast(void* data, size_t bytes, int root) override {
-    inner_->broadcast(data, bytes, root);
-  }
-  void barrier() override { inner_->barrier(); }
 
  private:
-  std::unique_ptr<comm::Collectives> inner_;
   int fail_at_;
   int calls_ = 0;
 };

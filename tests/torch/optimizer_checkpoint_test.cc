@@ -21,33 +21,16 @@ constexpr int kWorld = 2, kBatch = 8, kBefore = 4, kAfter = 4;
 
 // Collectives whose fp32 sums take 50 ms more: codec none is then slower than fp16 by far
 // on every rank and in every run, so what `auto` measures decides the same way each time.
-class SlowFloat32 : public comm::Collectives {
+class SlowFloat32 : public ForwardingCollectives {
  public:
-  explicit SlowFloat32(std::unique_ptr<comm::Collectives> inner) : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
+  using ForwardingCollectives::ForwardingCollectives;
   std::unique_ptr<comm::Work> allreduce_sum_async(void* data, size_t count,
                                                   comm::DataType type) override {
-    if (type == comm::DataType::kFloat32)
+    if (type == comm::DataType::kFloat32) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-    return inner_->allreduce_sum_async(data, count, type);
+    }
+    return ForwardingCollectives::allreduce_sum_async(data, count, type);
   }
-  void allreduce_max(float* data, size_t count) override { inner_->allreduce_max(data, count); }
-  using Collectives::allgather_bytes;
-  void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override {
-    inner_->allgather_bytes(data, out);
-  }
-  void alltoall_bytes(std::span<const Bytes> to, std::vector<Bytes>& out) override {
-    inner_->alltoall_bytes(to, out);
-  }
-  void broadcast(void* data, size_t bytes, int root) override {
-    inner_->broadcast(data, bytes, root);
-  }
-  void barrier() override { inner_->barrier(); }
-
- private:
-  std::unique_ptr<comm::Collectives> inner_;
 };
 
 // Parameters and buffers of every rank after the steps [first, last) of a job with `codec`.

@@ -82,8 +82,8 @@ void add_gossip_fields(nlohmann::json& line, const GossipSummary& s, int workers
 
 TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Context> context_ptr) {
   Context& context = *context_ptr;
-  const auto exit_at = options.restart_count == 0 ? scheduled_exit(options.test_worker_exit)
-                                                  : std::nullopt;
+  const auto exit_at =
+      options.restart_count == 0 ? scheduled_exit(options.test_worker_exit) : std::nullopt;
   const std::string dir = options.data_dir.empty() ? kFashionMnistDir : options.data_dir;
   const Dataset train_set = load_fashion_mnist(dir, /*train=*/true, options.train_limit);
   const bool chief = context.is_root();
@@ -104,9 +104,10 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
     std::printf(
         "%d workers, gossip (topology %s, trigger %s, merge %s), model %s, codec %s, %zu "
         "training samples, batch %d per worker\n",
-        context.world_size(), options.exchange.gossip.topology.c_str(), options.exchange.gossip.trigger.c_str(),
-        options.exchange.gossip.merge.c_str(), options.model.c_str(), optimizer.codec_spec().c_str(),
-        train_set.size(), options.batch_size);
+        context.world_size(), options.exchange.gossip.topology.c_str(),
+        options.exchange.gossip.trigger.c_str(), options.exchange.gossip.merge.c_str(),
+        options.model.c_str(), optimizer.codec_spec().c_str(), train_set.size(),
+        options.batch_size);
     std::fflush(stdout);
   }
   if (!options.timeline_path.empty()) {
@@ -305,9 +306,9 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
       "summary: %d workers, %s, gossip %s %s, compressor %s: test accuracy %.2f%% (the "
       "consensus model), %.1f s, %llu exchanges, bytes_on_wire/bytes_dense_on_wire %.4f%s\n",
       context.world_size(), options.model.c_str(), options.exchange.gossip.topology.c_str(),
-      options.exchange.gossip.trigger.c_str(), options.exchange.compressor.c_str(), 100 * result.test_accuracy,
-      result.elapsed_s, static_cast<unsigned long long>(summary.offers), result.wire_ratio(),
-      summary.lost.empty() ? "" : ", workers lost");
+      options.exchange.gossip.trigger.c_str(), options.exchange.compressor.c_str(),
+      100 * result.test_accuracy, result.elapsed_s, static_cast<unsigned long long>(summary.offers),
+      result.wire_ratio(), summary.lost.empty() ? "" : ", workers lost");
   std::fflush(stdout);
   return result;
 }

@@ -81,8 +81,8 @@ double worker_speed(const std::string& spec, int rank, int workers) {
 TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context> context_ptr) {
   Context& context = *context_ptr;
   const double speed = worker_speed(options.worker_speed, context.rank(), context.world_size());
-  const auto exit_at = options.restart_count == 0 ? scheduled_exit(options.test_worker_exit)
-                                                  : std::nullopt;
+  const auto exit_at =
+      options.restart_count == 0 ? scheduled_exit(options.test_worker_exit) : std::nullopt;
   const std::string dir = options.data_dir.empty() ? kFashionMnistDir : options.data_dir;
   const Dataset train_set = load_fashion_mnist(dir, /*train=*/true, options.train_limit);
   const Dataset test_set =
@@ -107,9 +107,9 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
     std::printf(
         "%d workers, parameter servers (%s, updater %s), model %s, codec %s, %zu training "
         "samples x %d epochs, batch %d per worker%s\n",
-        context.world_size(), options.exchange.ps.consistency.c_str(), options.exchange.ps.updater.c_str(),
-        options.model.c_str(), optimizer.codec_spec().c_str(), train_set.size(), options.epochs,
-        options.batch_size,
+        context.world_size(), options.exchange.ps.consistency.c_str(),
+        options.exchange.ps.updater.c_str(), options.model.c_str(), optimizer.codec_spec().c_str(),
+        train_set.size(), options.epochs, options.batch_size,
         progress.samples ? (", resumed at " + std::to_string(progress.samples) + " samples").c_str()
                          : "");
     std::fflush(stdout);
@@ -320,8 +320,9 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
       "summary: %d workers, ps %s, updater %s, compressor %s: test accuracy %.2f%% (servers' "
       "final model), %.1f s, %llu updates, staleness mean %.2f p50 %llu p99 %llu max %llu, "
       "pushed/dense %.4f\n",
-      context.world_size(), options.exchange.ps.consistency.c_str(), options.exchange.ps.updater.c_str(),
-      options.exchange.compressor.c_str(), 100 * result.test_accuracy, result.elapsed_s,
+      context.world_size(), options.exchange.ps.consistency.c_str(),
+      options.exchange.ps.updater.c_str(), options.exchange.compressor.c_str(),
+      100 * result.test_accuracy, result.elapsed_s,
       static_cast<unsigned long long>(summary->version), summary->staleness_mean,
       static_cast<unsigned long long>(summary->staleness_p50),
       static_cast<unsigned long long>(summary->staleness_p99),

@@ -79,7 +79,9 @@ struct Position {
 };
 
 std::string checkpoint_path(const TrainOptions& options) {
-  return options.exchange.ps.checkpoint_dir.empty() ? "" : options.exchange.ps.checkpoint_dir + "/allreduce.ckpt";
+  return options.exchange.ps.checkpoint_dir.empty()
+             ? ""
+             : options.exchange.ps.checkpoint_dir + "/allreduce.ckpt";
 }
 
 // A checkpoint that cannot be written (a full disk) costs only itself: the previous one is
@@ -106,7 +108,8 @@ void set_compute_threads(int threads) {
 
 TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> context_ptr) {
   TrainOptions options = given;
-  options.exchange.compressor = strategy::codec_or_default(given.exchange.compressor, given.exchange.strategy);
+  options.exchange.compressor =
+      strategy::codec_or_default(given.exchange.compressor, given.exchange.strategy);
   Context& context = *context_ptr;
   if (options.epochs < 1) throw ConfigError("--epochs must be at least 1");
   if (options.batch_size < 1) throw ConfigError("--batch-size must be at least 1");

@@ -154,7 +154,7 @@ class AdaptiveStrategy : public Strategy {
   // base_ for the plan of `policy`. Each plan measures its own layout over the steps it
   // is active (AllreduceOptions::layout_after, layout_steps).
   AllreduceOptions plan_options(const std::string& policy) const;
-  size_t fit_ = kNoPlan;                           // fit's index in the plans
+  size_t fit_ = kNoPlan;  // fit's index in the plans
   FitState fit_state_ = FitState::kPending;
   std::string fit_policy_;   // built: "other=SPEC,@NAME=SPEC,..."
   std::string fit_summary_;  // what it chose, for decisions
