@@ -38,8 +38,7 @@ void AllreduceStrategy::save_state(Bytes& out) const {
   }
   writer.put<uint8_t>(layout_done_ ? 1 : 0);
   writer.put<uint64_t>(buckets_.size());
-  size_t end = 0;
-  for (const Bucket& bucket : buckets_) writer.put<uint64_t>(end += bucket.tensors.size());
+  for (const size_t end : bucket_ends()) writer.put<uint64_t>(end);
   for (const Bucket& bucket : buckets_) {
     if (bucket.sparse) bucket.sparse->totals().save(out);
   }
@@ -97,10 +96,7 @@ void AllreduceStrategy::load_layout(ByteReader& in) {
   if (!ends.empty() && ends.back() != fill_order_.size()) {
     throw PayloadError("the checkpoint's bucket layout leaves tensors out");
   }
-  std::vector<size_t> current;
-  for (const Bucket& bucket : buckets_) {
-    current.push_back((current.empty() ? 0 : current.back()) + bucket.tensors.size());
-  }
+  const std::vector<size_t> current = bucket_ends();
   if (ends != current) {
     if (std::any_of(buckets_.begin(), buckets_.end(),
                     [](const Bucket& b) { return !b.wire && !b.int8; })) {

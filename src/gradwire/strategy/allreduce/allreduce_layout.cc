@@ -39,6 +39,14 @@ std::string AllreduceStrategy::bucket_layout_summary() const {
   return layout_summary_.empty() ? text : text + "; " + layout_summary_;
 }
 
+std::vector<size_t> AllreduceStrategy::bucket_ends() const {
+  std::vector<size_t> ends;
+  for (const Bucket& bucket : buckets_) {
+    ends.push_back((ends.empty() ? 0 : ends.back()) + bucket.tensors.size());
+  }
+  return ends;
+}
+
 bool AllreduceStrategy::layout_measuring() const {
   return !layout_done_ && layout_seen_ >= options_.layout_after;
 }
@@ -146,10 +154,7 @@ bool AllreduceStrategy::relayout() {
     input.tensors.push_back(t);
   }
   // The model, calibrated on the layout that was measured.
-  std::vector<size_t> ends;
-  for (const Bucket& bucket : buckets_) {
-    ends.push_back((ends.empty() ? 0 : ends.back()) + bucket.tensors.size());
-  }
+  const std::vector<size_t> ends = bucket_ends();
   const double measured = std::max(0.0f, -words[n]);
   input.link = calibrated_link(input, ends, measured);
   const double before = layout_exposed_seconds(input, ends);

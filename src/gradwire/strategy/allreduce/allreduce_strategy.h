@@ -120,6 +120,8 @@ class AllreduceStrategy : public Strategy {
   // Makes the buckets: bucket b holds fill_order_[ends[b-1], ends[b]); their buffers, the
   // tensors' bucket indices and the carried status. Between steps only.
   void assign_buckets(const std::vector<size_t>& ends);
+  // The inverse: each bucket's end in fill_order_.
+  std::vector<size_t> bucket_ends() const;
   // Puts the carried status (status_) on the step's last collective; false if there is none
   // that can take it.
   bool attach_status();
