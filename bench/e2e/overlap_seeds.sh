@@ -5,7 +5,8 @@
 # compute floor (codec none, unshaped links), the defaults and the fixed plans at 100 Mbit.
 #
 #   bash bench/e2e/overlap_seeds.sh OUT SEEDS CONFIG...
-#   CONFIG: LABEL=BINARY,CODEC,LINK   (LINK: unlimited for the floor, else tc notation)
+#   CONFIG: LABEL=BINARY,CODEC,LINK   (LINK: unlimited for the floor, else tc notation;
+#           CODEC may hold commas: a layer policy such as conv=powersgd:rank=8,other=fp16)
 #   HOSTS=4 MODEL=cnn EPOCHS=3 bash bench/e2e/overlap_seeds.sh out "0 1 2" \
 #       floor=build/gradwire,none,unlimited auto=build/gradwire,auto,100mbit
 #
@@ -22,7 +23,9 @@ touch "$out/runs.jsonl"
 for seed in $seeds; do
   for config in "$@"; do
     label="${config%%=*}"
-    IFS=, read -r bin codec link <<<"${config#*=}"
+    spec="${config#*=}"
+    bin="${spec%%,*}" link="${spec##*,}"
+    codec="${spec#*,}" codec="${codec%,*}"
     metrics="$out/metrics-$label-$model-seed$seed.jsonl"
     rm -f "$metrics"
     link_flag=()

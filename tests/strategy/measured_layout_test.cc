@@ -53,14 +53,15 @@ const std::vector<TensorInfo> kTensors{{"conv", {100}, LayerKind::kConvWeight},
 // One step as backward would run it: fc's hook, 60 ms of the rest of backward, then the
 // end of backward (synchronize). Checks the exact mean of the ranks' gradients.
 // int8 rounds to levels of about max / 63: within 0.15 of these means.
+// `stall`: backward takes that much longer this step (the scheduler's stalls).
 void backward_step(AllreduceStrategy& strategy, int rank, int world, int step,
-                   float tolerance = 0) {
+                   float tolerance = 0, std::chrono::milliseconds stall = 0ms) {
   std::vector<std::vector<float>> grads{std::vector<float>(100), std::vector<float>(3000)};
   for (size_t t = 0; t < grads.size(); ++t) {
     for (size_t i = 0; i < grads[t].size(); ++i) grads[t][i] = float(rank + step + i % 7);
   }
   strategy.gradient_ready(1, grads[1]);
-  std::this_thread::sleep_for(60ms);
+  std::this_thread::sleep_for(60ms + stall);
   strategy.synchronize({grads[0], grads[1]});
   const float rank_mean = float(world - 1) / 2;
   for (size_t t = 0; t < grads.size(); ++t) {
@@ -75,6 +76,7 @@ AllreduceOptions options(const std::string& codec) {
   o.codec = codec;
   o.layout_after = 1;
   o.layout_steps = 2;
+  o.layout_pairs = 2;
   return o;
 }
 
@@ -143,6 +145,32 @@ TEST(MeasuredLayoutTest, AProposalThatIsNotFasterIsUndone) {
     for (int step = 3; step < 7; ++step) backward_step(strategy, c.rank(), c.size(), step);
     EXPECT_EQ(strategy.bucket_layout(), (std::vector<std::vector<size_t>>{{1, 0}}));
     EXPECT_NE(strategy.layout_summary().find("the first layout kept"), std::string::npos)
+        << strategy.layout_summary();
+  });
+}
+
+TEST(MeasuredLayoutTest, AProposalThatIsFasterIsKeptThroughAFewStalledSteps) {
+  // The proposal saves fc's 30 ms a step; three of its ten trial steps stall by 100 ms
+  // (on this machine one step in five stalls so). Three of five steps of one layout would
+  // move a median of five; the median of ten pairs' differences is still a saving.
+  comm::run_local_ranks(2, 20s, [&](comm::Collectives& local) {
+    PacedCollectives c(local);
+    std::vector<float> conv(100), fc(3000);
+    AllreduceOptions o = options("none");
+    o.layout_pairs = 10;
+    AllreduceStrategy strategy(c, o);
+    strategy.start(kTensors, {conv, fc});
+    for (int step = 0; step < 3; ++step) backward_step(strategy, c.rank(), c.size(), step);
+    const auto proposal = strategy.bucket_layout();
+    ASSERT_EQ(proposal.size(), 2u) << "proposed: " << strategy.layout_summary();
+    for (int step = 3; step < 23; ++step) {  // the proposal runs on the odd steps
+      const bool stalled = step == 3 || step == 7 || step == 11;
+      backward_step(strategy, c.rank(), c.size(), step, 0, stalled ? 100ms : 0ms);
+    }
+    EXPECT_EQ(strategy.bucket_layout(), proposal);
+    EXPECT_NE(strategy.layout_summary().find("10 pairs"), std::string::npos)
+        << strategy.layout_summary();
+    EXPECT_NE(strategy.layout_summary().find(": kept"), std::string::npos)
         << strategy.layout_summary();
   });
 }

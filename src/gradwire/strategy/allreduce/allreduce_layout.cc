@@ -70,7 +70,7 @@ void AllreduceStrategy::measure_layout_step(Clock::time_point backward_end) {
     layout_trial_ = relayout();
     trial_on_proposal_ = layout_trial_;
     if (!layout_trial_) end_layout();
-  } else if (layout_trial_ && layout_seen_ >= measured + 2 * options_.layout_steps) {
+  } else if (layout_trial_ && layout_seen_ >= measured + 2 * options_.layout_pairs) {
     judge_layout();
     end_layout();
   } else if (layout_trial_) {
@@ -90,13 +90,23 @@ void AllreduceStrategy::end_layout() {
 }
 
 void AllreduceStrategy::judge_layout() {
-  // The slowest rank's median of each: the step waits for it.
-  float words[2] = {static_cast<float>(median(spans_before_)),
-                    static_cast<float>(median(spans_after_))};
-  collectives_.allreduce_max(words, 2);
-  const bool keep = words[1] < words[0] * (1 - kLayoutMargin);
+  // Each pair: a step under the proposal, then one under the first layout. The median of
+  // the pairs' differences, not the difference of medians: a stall spoils one pair, and
+  // half of them must stall to move it. Agreed as the slowest rank's (allreduce-max): the
+  // gain on the rank that gains least, and each layout's median for the summary.
+  std::vector<double> differences;
+  for (size_t i = 0; i < spans_after_.size() && i < spans_before_.size(); ++i) {
+    differences.push_back(spans_after_[i] - spans_before_[i]);
+  }
+  float words[3] = {static_cast<float>(median(spans_before_)),
+                    static_cast<float>(median(spans_after_)),
+                    static_cast<float>(median(differences))};
+  collectives_.allreduce_max(words, 3);
+  const bool keep = words[2] < -kLayoutMargin * words[0];
   layout_summary_ += "; backward and exchange measured " + milliseconds(words[0]) + " -> " +
-                     milliseconds(words[1]) +
+                     milliseconds(words[1]) + " (median of " +
+                     std::to_string(differences.size()) + " pairs' differences " +
+                     milliseconds(words[2]) + ")" +
                      (keep ? ": kept" : ": not faster, the first layout kept");
   assign_buckets(keep ? proposal_ends_ : first_ends_);
 }

@@ -36,9 +36,12 @@
 // (bucket_layout.h) proposes the boundaries that hide the most of the exchange under the
 // rest of backward. The model cannot see everything (an exchange during backward takes
 // cores from it where ranks share a host), so the proposal and the first layout then take
-// turns for 2 x `layout_steps` steps, and the proposal stays only if the slowest rank's
-// median time from the step's first gradient to the end of synchronize() is at least 1%
-// shorter under it; else the first layout comes back. Every decision
+// turns for `layout_pairs` pairs of steps (proposal, first), and the proposal stays only
+// if, on the rank where it gains least, the median over the pairs of the difference in
+// time from the step's first gradient to the end of synchronize() is at least 1% of the
+// first layout's median; else the first layout comes back. Pairs of adjacent steps, so
+// that the machine's drift and its stalls (a step in five stalls for tens of ms where
+// ranks share cores) hit a pair's two steps alike or one pair only. Every decision
 // rests on agreed figures: the same layout on every rank. Buckets of sparse or message
 // codecs keep the first layout (their paths' statistics are per bucket).
 #pragma once
@@ -70,6 +73,7 @@ struct AllreduceOptions {
   // repeats bit for bit, whereas two measured layouts may sum in different orders).
   size_t layout_after = 1;
   size_t layout_steps = 5;
+  size_t layout_pairs = 10;  // the trial of a proposal: pairs of steps (proposal, first)
   // start() checks the ranks' configuration and broadcasts rank 0's parameters; an
   // adaptive strategy that did both for all its plans turns it off.
   bool agree_at_start = true;
