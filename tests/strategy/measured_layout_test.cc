@@ -54,8 +54,8 @@ const std::vector<TensorInfo> kTensors{{"conv", {100}, LayerKind::kConvWeight},
 // end of backward (synchronize). Checks the exact mean of the ranks' gradients.
 // int8 rounds to levels of about max / 63: within 0.15 of these means.
 // `stall`: backward takes that much longer this step (the scheduler's stalls).
-void backward_step(AllreduceStrategy& strategy, int rank, int world, int step,
-                   float tolerance = 0, std::chrono::milliseconds stall = 0ms) {
+void backward_step(AllreduceStrategy& strategy, int rank, int world, int step, float tolerance = 0,
+                   std::chrono::milliseconds stall = 0ms) {
   std::vector<std::vector<float>> grads{std::vector<float>(100), std::vector<float>(3000)};
   for (size_t t = 0; t < grads.size(); ++t) {
     for (size_t i = 0; i < grads[t].size(); ++i) grads[t][i] = float(rank + step + i % 7);

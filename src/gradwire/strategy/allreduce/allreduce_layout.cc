@@ -104,9 +104,8 @@ void AllreduceStrategy::judge_layout() {
   collectives_.allreduce_max(words, 3);
   const bool keep = words[2] < -kLayoutMargin * words[0];
   layout_summary_ += "; backward and exchange measured " + milliseconds(words[0]) + " -> " +
-                     milliseconds(words[1]) + " (median of " +
-                     std::to_string(differences.size()) + " pairs' differences " +
-                     milliseconds(words[2]) + ")" +
+                     milliseconds(words[1]) + " (median of " + std::to_string(differences.size()) +
+                     " pairs' differences " + milliseconds(words[2]) + ")" +
                      (keep ? ": kept" : ": not faster, the first layout kept");
   assign_buckets(keep ? proposal_ends_ : first_ends_);
 }
