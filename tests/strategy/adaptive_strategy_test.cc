@@ -8,6 +8,7 @@
 #include <random>
 #include <thread>
 
+#include "../common/forwarding_collectives.h"
 #include "gradwire/comm/local_collectives.h"
 #include "gradwire/core/error.h"
 #include "gradwire/strategy/registry.h"
@@ -215,48 +216,42 @@ std::vector<TensorInfo> fc_tensors(int64_t rows, int64_t cols) {
 
 // Collectives behind a link of `bytes_per_s`: every allreduce and allgather also waits for
 // what its bytes on the wire would take on such a link (a simulated bandwidth).
-class ThrottledCollectives : public comm::Collectives {
+class ThrottledCollectives : public ForwardingCollectives {
  public:
   ThrottledCollectives(comm::Collectives& inner, double bytes_per_s)
-      : inner_(inner), bytes_per_s_(bytes_per_s) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::chrono::milliseconds timeout() const override { return inner_.timeout(); }
+      : ForwardingCollectives(inner), bytes_per_s_(bytes_per_s) {}
+  // What this link carried (counted here), not the inner communicator's.
+  const comm::CollectiveTraffic& traffic() const override { return Collectives::traffic(); }
   std::unique_ptr<comm::Work> allreduce_sum_async(void* data, size_t count,
                                                   comm::DataType type) override {
-    inner_.allreduce_sum(data, count, type);
+    inner().allreduce_sum(data, count, type);
     const size_t bytes = count * comm::data_type_size(type);
     count_allreduce(bytes);
     wait_for(comm::ring_allreduce_wire_bytes(bytes, size()));
     return std::make_unique<comm::CompletedWork>();
   }
   void allreduce_max(float* data, size_t count) override {
-    inner_.allreduce_max(data, count);
+    inner().allreduce_max(data, count);
     wait_for(comm::ring_allreduce_wire_bytes(count * sizeof(float), size()));
   }
   using Collectives::allgather_bytes;
   void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override {
-    inner_.allgather_bytes(data, out);
+    inner().allgather_bytes(data, out);
     count_allgather(data.size(), data.size());
     wait_for(comm::ring_allgather_wire_bytes(data.size(), size()));
   }
   void alltoall_bytes(std::span<const Bytes> to, std::vector<Bytes>& out) override {
-    inner_.alltoall_bytes(to, out);
+    inner().alltoall_bytes(to, out);
     count_alltoall(to);
     uint64_t sent = 0;
     for (size_t r = 0; r < to.size(); ++r) sent += static_cast<int>(r) == rank() ? 0 : to[r].size();
     wait_for(comm::pairwise_alltoall_wire_bytes(sent, size()));
   }
-  void broadcast(void* data, size_t bytes, int root) override {
-    inner_.broadcast(data, bytes, root);
-  }
-  void barrier() override { inner_.barrier(); }
 
  private:
   void wait_for(uint64_t bytes) {
     std::this_thread::sleep_for(std::chrono::duration<double>(bytes / bytes_per_s_));
   }
-  comm::Collectives& inner_;
   double bytes_per_s_;
 };
 

@@ -7,6 +7,7 @@
 #include <random>
 #include <thread>
 
+#include "../common/forwarding_collectives.h"
 #include "gradwire/comm/local_collectives.h"
 #include "gradwire/comm/ordered_collectives.h"
 #include "gradwire/core/error.h"
@@ -182,39 +183,32 @@ INSTANTIATE_TEST_SUITE_P(
 
 // Collectives that count the operations handed to them (from any thread) and pass them
 // on: how a test sees when a bucket's exchange started.
-class RecordingCollectives : public comm::Collectives {
+class RecordingCollectives : public ForwardingCollectives {
  public:
-  explicit RecordingCollectives(comm::Collectives& inner) : inner_(inner) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::chrono::milliseconds timeout() const override { return inner_.timeout(); }
+  using ForwardingCollectives::ForwardingCollectives;
   std::unique_ptr<comm::Work> allreduce_sum_async(void* data, size_t count,
                                                   comm::DataType type) override {
     ++operations;
-    return inner_.allreduce_sum_async(data, count, type);
+    return ForwardingCollectives::allreduce_sum_async(data, count, type);
   }
   void allreduce_max(float* data, size_t count) override {
     ++operations;
-    inner_.allreduce_max(data, count);
+    ForwardingCollectives::allreduce_max(data, count);
   }
   using Collectives::allgather_bytes;
   void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override {
     ++operations;
-    inner_.allgather_bytes(data, out);
+    ForwardingCollectives::allgather_bytes(data, out);
   }
   void alltoall_bytes(std::span<const Bytes> to, std::vector<Bytes>& out) override {
     ++operations;
-    inner_.alltoall_bytes(to, out);
+    ForwardingCollectives::alltoall_bytes(to, out);
   }
   void broadcast(void* data, size_t bytes, int root) override {
     ++operations;
-    inner_.broadcast(data, bytes, root);
+    ForwardingCollectives::broadcast(data, bytes, root);
   }
-  void barrier() override { inner_.barrier(); }
   std::atomic<int> operations{0};
-
- private:
-  comm::Collectives& inner_;
 };
 
 TEST(AllreduceStrategyTest, OverlapExchangesABucketBeforeSynchronizeAndMatchesTheSerialPath) {

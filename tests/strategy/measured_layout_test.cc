@@ -4,6 +4,7 @@
 
 #include <thread>
 
+#include "../common/forwarding_collectives.h"
 #include "gradwire/comm/local_collectives.h"
 #include "gradwire/core/bytes.h"
 #include "gradwire/strategy/allreduce/allreduce_strategy.h"
@@ -17,32 +18,14 @@ using compress::TensorInfo;
 
 // Collectives whose allreduces take 10 us per element, as a slow link would: what makes a
 // bucket's exchange worth hiding.
-class PacedCollectives : public comm::Collectives {
+class PacedCollectives : public ForwardingCollectives {
  public:
-  explicit PacedCollectives(comm::Collectives& inner) : inner_(inner) {}
-  int rank() const override { return inner_.rank(); }
-  int size() const override { return inner_.size(); }
-  std::chrono::milliseconds timeout() const override { return inner_.timeout(); }
+  using ForwardingCollectives::ForwardingCollectives;
   std::unique_ptr<comm::Work> allreduce_sum_async(void* data, size_t count,
                                                   comm::DataType type) override {
     std::this_thread::sleep_for(std::chrono::microseconds(10 * count));
-    return inner_.allreduce_sum_async(data, count, type);
+    return ForwardingCollectives::allreduce_sum_async(data, count, type);
   }
-  void allreduce_max(float* data, size_t count) override { inner_.allreduce_max(data, count); }
-  using Collectives::allgather_bytes;
-  void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override {
-    inner_.allgather_bytes(data, out);
-  }
-  void alltoall_bytes(std::span<const Bytes> to, std::vector<Bytes>& out) override {
-    inner_.alltoall_bytes(to, out);
-  }
-  void broadcast(void* data, size_t bytes, int root) override {
-    inner_.broadcast(data, bytes, root);
-  }
-  void barrier() override { inner_.barrier(); }
-
- private:
-  comm::Collectives& inner_;
 };
 
 // cnn's shape in small: conv (registered first, final last) and fc, 30x larger, final

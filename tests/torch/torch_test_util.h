@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "../common/forwarding_collectives.h"
 #include "../common/gloo_harness.h"
 #include "gradwire/context.h"
 
@@ -77,36 +78,6 @@ std::vector<torch::Tensor> train(const Problem& problem, Net& net,
   for (auto& p : net.parameters()) out.push_back(p.detach().clone());
   return out;
 }
-
-// Forwards every operation to a real communicator; fakes derive from it and change one.
-class ForwardingCollectives : public comm::Collectives {
- public:
-  explicit ForwardingCollectives(std::unique_ptr<comm::Collectives> inner)
-      : inner_(std::move(inner)) {}
-  int rank() const override { return inner_->rank(); }
-  int size() const override { return inner_->size(); }
-  std::chrono::milliseconds timeout() const override { return inner_->timeout(); }
-  const comm::CollectiveTraffic& traffic() const override { return inner_->traffic(); }
-  std::unique_ptr<comm::Work> allreduce_sum_async(void* data, size_t count,
-                                                  comm::DataType type) override {
-    return inner_->allreduce_sum_async(data, count, type);
-  }
-  void allreduce_max(float* data, size_t count) override { inner_->allreduce_max(data, count); }
-  using comm::Collectives::allgather_bytes;
-  void allgather_bytes(std::span<const uint8_t> data, std::vector<Bytes>& out) override {
-    inner_->allgather_bytes(data, out);
-  }
-  void alltoall_bytes(std::span<const Bytes> to, std::vector<Bytes>& out) override {
-    inner_->alltoall_bytes(to, out);
-  }
-  void broadcast(void* data, size_t bytes, int root) override {
-    inner_->broadcast(data, bytes, root);
-  }
-  void barrier() override { inner_->barrier(); }
-
- private:
-  std::unique_ptr<comm::Collectives> inner_;
-};
 
 inline std::shared_ptr<Context> context_for(int rank, int world,
                                             std::unique_ptr<comm::Collectives>& collectives) {
