@@ -145,6 +145,7 @@ bool AllreduceStrategy::relayout() {
 
   input.world = world;
   input.bucket_bytes = options_.bucket_bytes;
+  input.tie_s = kBucketTie;
   input.last_waits_for_end = status_bucket_ != kNoBucket;
   for (size_t i = 0; i < n; ++i) {
     const size_t k = fill_order_[i];

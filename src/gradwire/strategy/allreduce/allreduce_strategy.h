@@ -221,6 +221,11 @@ class AllreduceStrategy : public Strategy {
   bool trial_on_proposal_ = false;               // this step runs the proposal
   static constexpr double kLayoutMargin = 0.01;  // what it must save to be kept
   static constexpr double kProposalGain = 0.9;   // the predicted wait, at most, to propose
+  // What a bucket costs beyond the model's alpha (an executor wake-up, a rendezvous of the
+  // ranks, the skew between them): layouts predicted within it of each other go to the
+  // one with fewer buckets. 1 ms: on 2 hosts at 100 Mbit the model's 4 int8 buckets for cnn
+  // (50 us ties) ran slower than its 2 (docs/results/overlap-layout/, 3 seeds).
+  static constexpr double kBucketTie = 1e-3;
   std::string layout_summary_;
   std::unique_ptr<InOrderExecutor> executor_;  // last: destroyed (joined) first
 };
