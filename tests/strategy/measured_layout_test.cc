@@ -133,9 +133,9 @@ TEST(MeasuredLayoutTest, AProposalThatIsNotFasterIsUndone) {
 }
 
 TEST(MeasuredLayoutTest, AProposalThatIsFasterIsKeptThroughAFewStalledSteps) {
-  // The proposal saves fc's 30 ms a step; three of its ten trial steps stall by 100 ms
-  // (on this machine one step in five stalls so). Three of five steps of one layout would
-  // move a median of five; the median of ten pairs' differences is still a saving.
+  // The proposal saves fc's 30 ms a step; three of its ten trial steps stall by 100 ms.
+  // Three stalls among five steps of one layout move their median; among ten pairs, the
+  // median of the pairs' differences is still a saving.
   comm::run_local_ranks(2, 20s, [&](comm::Collectives& local) {
     PacedCollectives c(local);
     std::vector<float> conv(100), fc(3000);

@@ -40,8 +40,8 @@
 // if, on the rank where it gains least, the median over the pairs of the difference in
 // time from the step's first gradient to the end of synchronize() is at least 1% of the
 // first layout's median; else the first layout comes back. Pairs of adjacent steps, so
-// that the machine's drift and its stalls (a step in five stalls for tens of ms where
-// ranks share cores) hit a pair's two steps alike or one pair only. Every decision
+// that the machine's drift hits a pair's two steps alike and a stalled step (where ranks
+// share cores, a step in ten runs 12 ms or more over the median) spoils one pair only. Every decision
 // rests on agreed figures: the same layout on every rank. Buckets of sparse or message
 // codecs keep the first layout (their paths' statistics are per bucket).
 #pragma once
