@@ -41,8 +41,8 @@
 // time from the step's first gradient to the end of synchronize() is at least 1% of the
 // first layout's median; else the first layout comes back. Pairs of adjacent steps, so
 // that the machine's drift hits a pair's two steps alike and a stalled step (where ranks
-// share cores, a step in ten runs 12 ms or more over the median) spoils one pair only. Every decision
-// rests on agreed figures: the same layout on every rank. Buckets of sparse or message
+// share cores, a step in ten runs 12 ms or more over the median) spoils one pair only. Every
+// decision rests on agreed figures: the same layout on every rank. Buckets of sparse or message
 // codecs keep the first layout (their paths' statistics are per bucket).
 #pragma once
 
