@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <functional>
 #include <random>
 #include <thread>
@@ -270,6 +271,10 @@ struct RunSettings {
   double bytes_per_s = 0;  // 0: no simulated link
   comm::LinkModel link;    // what auto's cost model assumes
   std::chrono::milliseconds compute{0};
+  // More compute in the steps of one plan (by name): a codec's own work, which no
+  // exchange model sees.
+  std::function<std::chrono::milliseconds(const std::string& plan)> plan_compute =
+      [](const std::string&) { return std::chrono::milliseconds(0); };
   std::function<float(int step)> norm_scale = [](int) { return 1.0f; };
   std::function<double(int rank, int step)> lr = [](int, int) { return 0.1; };
   std::vector<TensorInfo> tensors;  // empty: fc_tensors(rows, cols)
@@ -320,7 +325,8 @@ std::vector<RankRun> run_ranks(int world, const RunSettings& settings,
       if (s == 0 && first_inputs) (*first_inputs)[rank] = grads[1];
       run.plan_per_step.push_back(adaptive->active_plan().name);
       strategy->set_learning_rate(settings.lr(rank, s));
-      std::this_thread::sleep_for(settings.compute);
+      std::this_thread::sleep_for(settings.compute +
+                                  settings.plan_compute(adaptive->active_plan().name));
       if (settings.hooks) {
         for (size_t k = tensors.size(); k-- > 0;) {
           strategy->gradient_ready(k, grad_spans[k]);
@@ -530,6 +536,74 @@ TEST(AutoTest, FitKeepsTheTensorBackwardHidesExactAndCompressesTheExposedOne) {
   }
 }
 
+TEST(AutoTest, APlanIsTimedOnTheBucketsItsLayoutProposes) {
+  // Two 256 x 256 weights (256 KiB each in fp32: one first bucket of 512 KiB) over a
+  // simulated 5 MB/s link; backward reports b.weight 100 ms before a.weight. Each plan's
+  // measured layout (after its warm-up and 5 timed steps, auto's trial steps too) proposes
+  // a bucket of b's own, whose exchange hides under the 100 ms. The trial goes on while
+  // the proposal takes turns with the first layout, until 5 steps ran it: 1 + 5 + 9 steps
+  // a plan, where it was 1 + 5 before (a plan compared on one bucket it would not keep).
+  RunSettings settings;
+  settings.codec = "auto:window=100,trial=5,plans=none/fp16";
+  settings.steps = 31;
+  settings.tensors = {{"a.weight", {256, 256}, LayerKind::kFcWeight},
+                      {"b.weight", {256, 256}, LayerKind::kFcWeight}};
+  settings.bytes_per_s = 5e6;
+  settings.link = comm::LinkModel::from_bandwidth(0, 8 * 5e6);
+  settings.hooks = true;
+  settings.backward = 100ms;
+  std::vector<std::vector<float>> inputs;
+  const auto runs = run_ranks(2, settings, &inputs);
+  for (int r = 0; r < 2; ++r) {
+    // fp16 first (less predicted exchange), then none, 15 steps each.
+    EXPECT_EQ(runs[r].plan_per_step, plans_by_step({{0, "fp16"}, {15, "none"}, {30, "fp16"}}, 31))
+        << "rank " << r;
+    ASSERT_EQ(runs[r].decisions.size(), 1u) << "rank " << r;
+    EXPECT_EQ(runs[r].decisions[0].first, 30u) << runs[r].reasons[0];
+    // none on the first layout waits at least 100 ms of backward and both tensors' 52 ms
+    // on the wire after it (205 ms); on the proposal about 100 + 52. Its figure is the
+    // proposal's.
+    const std::string& reason = runs[r].reasons[0];
+    const auto at = reason.find("ms/step measured: none ");
+    ASSERT_NE(at, std::string::npos) << reason;
+    EXPECT_LT(std::stod(reason.substr(at + 23)), 200.0) << reason;
+    EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+    // Step 0 (fp16): b.weight's aggregate is the mean of the ranks' inputs, to fp16's
+    // rounding.
+    ASSERT_EQ(runs[r].first_aggregate.size(), inputs[0].size());
+    for (size_t i = 0; i < inputs[0].size(); ++i) {
+      const float mean = (inputs[0][i] + inputs[1][i]) / 2;
+      ASSERT_NEAR(runs[r].first_aggregate[i], mean, 2e-3f * (1 + std::abs(mean))) << i;
+    }
+  }
+}
+
+TEST(AutoTest, AProposalIsNotTimedWhenHidingAllTheWaitCouldNotWin) {
+  // The scenario above, but none's steps take 300 ms more of compute that no model sees:
+  // its first layout's step (about 505 ms) less all the wait after backward the layout's
+  // model sees (about 105 ms) is still slower than fp16's step (about 125 ms), so its
+  // proposal is not timed: none runs 1 + 5 steps, fp16 1 + 5 + 9.
+  RunSettings settings;
+  settings.codec = "auto:window=100,trial=5,plans=none/fp16";
+  settings.steps = 22;
+  settings.tensors = {{"a.weight", {256, 256}, LayerKind::kFcWeight},
+                      {"b.weight", {256, 256}, LayerKind::kFcWeight}};
+  settings.bytes_per_s = 5e6;
+  settings.link = comm::LinkModel::from_bandwidth(0, 8 * 5e6);
+  settings.hooks = true;
+  settings.backward = 100ms;
+  settings.plan_compute = [](const std::string& plan) { return plan == "none" ? 300ms : 0ms; };
+  const auto runs = run_ranks(2, settings);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(runs[r].plan_per_step, plans_by_step({{0, "fp16"}, {15, "none"}, {21, "fp16"}}, 22))
+        << "rank " << r;
+    ASSERT_EQ(runs[r].decisions.size(), 1u) << "rank " << r;
+    EXPECT_EQ(runs[r].decisions[0].first, 21u) << runs[r].reasons[0];
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+  }
+}
+
 TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
   // Two ranks run the scenario above for 8 steps (int8, none, fit measured, then chosen),
   // save, and a fresh strategy on each rank loads it: the same plan, fit's policy, and the
@@ -566,6 +640,17 @@ TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
     auto second =
         create_strategy(c, {.name = "allreduce", .allreduce = {.codec = codec, .link = link}});
     second->start(tensors, param_spans);
+    // A state of the format before (ADP3) is refused, naming it, and changes nothing.
+    Bytes older = state;
+    const char tag3[4] = {'A', 'D', 'P', '3'};
+    std::memcpy(older.data(), tag3, 4);
+    ByteReader older_reader(older);
+    try {
+      second->load_state(older_reader);
+      ADD_FAILURE() << "an ADP3 state loaded";
+    } catch (const PayloadError& e) {
+      EXPECT_NE(std::string(e.what()).find("ADP3"), std::string::npos) << e.what();
+    }
     ByteReader reader(state);
     second->load_state(reader);
     auto* a = dynamic_cast<AdaptiveStrategy*>(first.get());

@@ -1,4 +1,4 @@
-// AdaptiveStrategy's checkpoint state (format ADP3): what a resumed job needs to go on
+// AdaptiveStrategy's checkpoint state (format ADP4): what a resumed job needs to go on
 // measuring and deciding as the uninterrupted job would.
 #include <memory>
 
@@ -9,13 +9,15 @@
 namespace gradwire::strategy {
 
 // State: tag, plan count, the step, the agreed regime and the learning rate it is measured
-// against, the detector, auto's measurements and the trial in progress, fit's state, policy
-// and summary, then one section per plan with its AllreduceStrategy's state (empty for a
-// fit not built). The time of the last step's end is not
-// state: the first step after a resume is not timed, as the first step of a job is not.
+// against, the detector, auto's measurements and the trial in progress (its step times on
+// each layout), fit's state, policy and summary, then one section per plan with its
+// AllreduceStrategy's state (empty for a fit not built). The time of the last step's end
+// is not state: the first step after a resume is not timed, as the first step of a job is
+// not.
 namespace {
 
-constexpr uint32_t kAdaptiveStateTag = 0x33504441;  // "ADP3"
+constexpr uint32_t kAdaptiveStateTag = 0x34504441;   // "ADP4"
+constexpr uint32_t kAdaptiveStateTag3 = 0x33504441;  // "ADP3": before the proposal samples
 
 template <typename T>
 void put_vector(ByteWriter& out, const std::vector<T>& values) {
@@ -56,6 +58,7 @@ void AdaptiveStrategy::save_state(Bytes& out) const {
   writer.put<uint64_t>(trial_pos_);
   writer.put<uint64_t>(trial_steps_);
   put_vector(writer, samples_);
+  put_vector(writer, proposal_samples_);
   writer.put_string(trial_why_);
   writer.put<uint64_t>(next_reprobe_);
   writer.put<uint8_t>(static_cast<uint8_t>(fit_state_));
@@ -71,7 +74,13 @@ void AdaptiveStrategy::save_state(Bytes& out) const {
 
 void AdaptiveStrategy::load_state(ByteReader& in) {
   if (plans_.empty()) throw Error("AdaptiveStrategy::load_state called before start");
-  if (in.get<uint32_t>("adaptive state tag") != kAdaptiveStateTag) {
+  const auto tag = in.get<uint32_t>("adaptive state tag");
+  if (tag == kAdaptiveStateTag3) {
+    throw PayloadError("the checkpoint's " + options_.canonical +
+                       " state is format ADP3, written by an older gradwire; this one reads "
+                       "ADP4: resume it with the gradwire that saved it");
+  }
+  if (tag != kAdaptiveStateTag) {
     throw PayloadError("the checkpoint holds no " + options_.canonical +
                        " state where one was expected (was it saved with another codec?)");
   }
@@ -94,6 +103,7 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   const auto trial_pos = in.get<uint64_t>("trial position");
   const auto trial_steps = in.get<uint64_t>("trial steps");
   auto samples = get_vector<double>(in, "trial samples", 1u << 20);
+  auto proposal_samples = get_vector<double>(in, "trial samples on a proposal", 1u << 20);
   std::string why = in.get_string("trial reason");
   const auto next_reprobe = in.get<uint64_t>("next measurement");
   const auto fit_state = in.get<uint8_t>("fit state");
@@ -156,6 +166,7 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   trial_pos_ = static_cast<size_t>(trial_pos);
   trial_steps_ = static_cast<size_t>(trial_steps);
   samples_ = std::move(samples);
+  proposal_samples_ = std::move(proposal_samples);
   trial_why_ = std::move(why);
   next_reprobe_ = next_reprobe;
   last_end_.reset();

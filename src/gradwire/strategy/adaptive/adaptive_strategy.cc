@@ -247,6 +247,7 @@ void AdaptiveStrategy::synchronize(const FloatSpans& grads) {
   }  // else the plan's synchronize() throws, naming the mismatch
   double local_sq = 0;
   for (double sq : grad_sq_) local_sq += sq;
+  const bool on_proposal = plans_[active_]->next_step_on_proposal();
   plans_[active_]->synchronize(grads);
   const auto now = Clock::now();
   const double step_ms =
@@ -256,7 +257,7 @@ void AdaptiveStrategy::synchronize(const FloatSpans& grads) {
   bool lr_restart = false;
   const bool window_ended = update_regime(std::sqrt(local_sq), lr_restart);
   if (options_.mode == AdaptiveOptions::Mode::kAuto) {
-    step_auto(step_ms, window_ended, lr_restart);
+    step_auto(step_ms, on_proposal, window_ended, lr_restart);
   } else {
     step_accordion(window_ended);
   }
@@ -280,16 +281,20 @@ void AdaptiveStrategy::step_accordion(bool window_ended) {
   if (wanted != active_) decide(wanted, critical_ ? "critical regime" : "normal regime");
 }
 
-void AdaptiveStrategy::step_auto(double step_ms, bool window_ended, bool lr_restart) {
+void AdaptiveStrategy::step_auto(double step_ms, bool on_proposal, bool window_ended,
+                                 bool lr_restart) {
   if (!trial_queue_.empty()) {
     // Measuring: the plan's first step of the trial warms it up (allocations, PowerSGD's
     // first factors) and is not counted.
-    if (trial_steps_++ > 0 && step_ms > 0) samples_.push_back(step_ms);
+    if (trial_steps_++ > 0 && step_ms > 0) {
+      (on_proposal ? proposal_samples_ : samples_).push_back(step_ms);
+    }
     if (lr_restart) {
       std::vector<size_t> all(options_.plans.size());
       for (size_t p = 0; p < all.size(); ++p) all[p] = p;
       begin_trial(all, "learning-rate change");
-    } else if (trial_steps_ > options_.trial || !allowed(trial_queue_[trial_pos_])) {
+    } else if (!allowed(trial_queue_[trial_pos_]) ||
+               (trial_steps_ > options_.trial && !time_proposal())) {
       next_trial_plan();
     }
     return;
@@ -336,14 +341,33 @@ std::vector<double> AdaptiveStrategy::candidates() const {
   return ms;
 }
 
-bool AdaptiveStrategy::rule_out(size_t plan) {
-  if (!(options_.prune > 0) || !(predicted_ms_[plan] > 0)) return false;
+double AdaptiveStrategy::fastest_measured_ms() const {
   double fastest = 0;
   for (size_t p = 0; p < measured_ms_.size(); ++p) {
     if (measured_ms_[p] > 0 && !ruled_out_[p] && (fastest == 0 || measured_ms_[p] < fastest)) {
       fastest = measured_ms_[p];
     }
   }
+  return fastest;
+}
+
+bool AdaptiveStrategy::time_proposal() {
+  const AllreduceStrategy& plan = *plans_[active_];
+  if (!plan.layout_comparing()) return false;
+  if (trial_steps_ > options_.trial + 1) return proposal_samples_.size() < options_.trial;
+  // The step the trial would have ended: the proposal is worth timing unless the first
+  // layout's median (agreed), less all the wait the model sees after backward, is still no
+  // faster than the fastest plan measured.
+  float first_ms = static_cast<float>(median(samples_));
+  collectives_.allreduce_max(&first_ms, 1);
+  const double fastest = fastest_measured_ms();
+  const double best_case = first_ms - 1e3 * plan.layout_exposed_before_s();
+  return proposal_samples_.size() < options_.trial && (fastest == 0 || best_case < fastest);
+}
+
+bool AdaptiveStrategy::rule_out(size_t plan) {
+  if (!(options_.prune > 0) || !(predicted_ms_[plan] > 0)) return false;
+  const double fastest = fastest_measured_ms();
   if (!(fastest > 0) || !(predicted_ms_[plan] > options_.prune * fastest)) return false;
   ruled_out_[plan] = 1;
   return true;
@@ -352,10 +376,13 @@ bool AdaptiveStrategy::rule_out(size_t plan) {
 void AdaptiveStrategy::next_trial_plan() {
   if (trial_pos_ < trial_queue_.size() && trial_steps_ > options_.trial) {
     // Every rank ran the plan for the same steps; the slowest rank's median is the step
-    // time of the job, agreed now so that rule_out() decides alike on every rank.
-    float agreed = static_cast<float>(median(samples_));
-    collectives_.allreduce_max(&agreed, 1);
-    if (agreed > 0) measured_ms_[trial_queue_[trial_pos_]] = agreed;
+    // time of the job, agreed now so that rule_out() decides alike on every rank. A plan
+    // timed on two layouts counts by the faster: the one it keeps if its check agrees.
+    float agreed[2] = {static_cast<float>(median(samples_)),
+                       static_cast<float>(median(proposal_samples_))};
+    collectives_.allreduce_max(agreed, 2);
+    const float ms = agreed[1] > 0 ? std::min(agreed[0], agreed[1]) : agreed[0];
+    if (ms > 0) measured_ms_[trial_queue_[trial_pos_]] = ms;
   }
   do {
     ++trial_pos_;
@@ -363,6 +390,7 @@ void AdaptiveStrategy::next_trial_plan() {
            (!allowed(trial_queue_[trial_pos_]) || rule_out(trial_queue_[trial_pos_])));
   trial_steps_ = 0;
   samples_.clear();
+  proposal_samples_.clear();
   // build_fit() puts fit at trial_pos_ when it mixes codecs.
   if (trial_pos_ >= trial_queue_.size() && !(build_fit() && !rule_out(fit_))) {
     finish_trial();

@@ -7,7 +7,14 @@
 //     of warm-up; a step's time is the wall time between two synchronize() returns
 //     (forward, backward, the exchange not hidden by backward, the optimizer step: what
 //     the user waits for). The ranks agree on each plan's median (the slowest rank's, by an
-//     allreduce-max) and choose_plan() picks. Plans that compress are charged `penalty`
+//     allreduce-max) and choose_plan() picks. A plan's own measured bucket layout
+//     (AllreduceStrategy) is measured over the same steps (warm-up 1 and 5 timed: the
+//     defaults of both); when it proposes other buckets, the trial goes on until `trial`
+//     steps ran the proposal (taking turns with the first layout), and the plan counts by
+//     the faster layout's median: a plan is not compared on buckets it would not keep.
+//     Not when the first layout's median, less all the wait after backward the layout's
+//     model sees, is still no faster than the fastest plan measured: no layout saves more.
+//     Plans that compress are charged `penalty`
 //     for the steps they may cost and are not used in a critical regime (Accordion's
 //     RegimeDetector over the gradient norm). It measures again every
 //     `reprobe` steps (0: never), after a learning-rate change (by half or more since the
@@ -116,12 +123,18 @@ class AdaptiveStrategy : public Strategy {
   // Updates the regime from this step's local gradient norm; true when it was re-agreed
   // (a window ended). Sets `lr_restart` when a learning-rate change was agreed.
   bool update_regime(double local_norm, bool& lr_restart);
-  void step_auto(double step_ms, bool window_ended, bool lr_restart);
+  // `on_proposal`: the step ran the active plan's proposed bucket layout.
+  void step_auto(double step_ms, bool on_proposal, bool window_ended, bool lr_restart);
   void step_accordion(bool window_ended);
   // Starts measuring `queue` (plans not allowed now are skipped); `why` goes to the log.
   void begin_trial(std::vector<size_t> queue, std::string why);
   void next_trial_plan();  // the trial's next allowed plan, or finish_trial()
   void finish_trial();
+  // The fastest agreed median of the plans measured and not ruled out; 0: none.
+  double fastest_measured_ms() const;
+  // In a trial, after the plan's `trial` steps: true while it should run on (its layout's
+  // proposal is being timed). A collective at the step the trial would have ended.
+  bool time_proposal();
   // True when the model rules `plan` out (see above); marks it so until the next trial.
   bool rule_out(size_t plan);
   // measured_ms_ with the ruled-out plans' entries 0: what choose_plan() picks from.
@@ -170,8 +183,9 @@ class AdaptiveStrategy : public Strategy {
   std::vector<uint8_t> ruled_out_;    // per plan: ruled out by the model in the last trial
   std::vector<size_t> trial_queue_;   // plans of the trial in progress (empty: none)
   size_t trial_pos_ = 0;
-  size_t trial_steps_ = 0;       // steps the current trial plan has run
-  std::vector<double> samples_;  // its measured step times, ms
+  size_t trial_steps_ = 0;                // steps the current trial plan has run
+  std::vector<double> samples_;           // its measured step times, ms (first layout)
+  std::vector<double> proposal_samples_;  // and those on its proposed layout
   std::string trial_why_;
   uint64_t next_reprobe_ = 0;
 

@@ -168,6 +168,7 @@ bool AllreduceStrategy::relayout() {
   const double measured = std::max(0.0f, -words[n]);
   input.link = calibrated_link(input, ends, measured);
   const double before = layout_exposed_seconds(input, ends);
+  layout_exposed_before_s_ = before;
   const PlannedLayout planned = plan_bucket_layout(input);
   char rate[32];
   std::snprintf(rate, sizeof rate, "%.3g", 8 / input.link.beta_s_per_byte / 1e6);
