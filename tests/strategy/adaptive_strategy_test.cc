@@ -114,12 +114,15 @@ TEST(ChoosePlanTest, ScoresPenaliseCompressingPlansAndTiesGoToTheFaithfulPlan) {
 TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
   const auto o = AdaptiveOptions::parse("auto");
   EXPECT_EQ(o.canonical,
-            "auto:eta=0.5,penalty=0.2,plans=none/fit/fp16/int8/powersgd,prune=2,rank=8,"
+            "auto:eta=0.5,penalty=0.2,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
             "reprobe=2000,trial=5,window=50");
-  ASSERT_EQ(o.plans.size(), 5u);
-  EXPECT_TRUE(o.plans[1].per_bucket);   // fit
-  EXPECT_FALSE(o.plans[3].compresses);  // int8
-  EXPECT_EQ(o.plans[4].policy, "conv=powersgd:rank=8,fc=powersgd:rank=8,other=fp16");
+  // fit is not a default plan (it lost to the best uniform plan in every whole run
+  // measured, docs/RESULTS.md); plans=none/fit/fp16/int8/powersgd lists it.
+  ASSERT_EQ(o.plans.size(), 4u);
+  for (const auto& plan : o.plans) EXPECT_FALSE(plan.per_bucket) << plan.name;
+  EXPECT_FALSE(o.plans[2].compresses);  // int8
+  EXPECT_EQ(o.plans[3].policy, "conv=powersgd:rank=8,fc=powersgd:rank=8,other=fp16");
+  EXPECT_TRUE(AdaptiveOptions::parse("auto:plans=none/fit/fp16/int8/powersgd").plans[1].per_bucket);
   EXPECT_EQ(AdaptiveOptions::parse(o.canonical).canonical, o.canonical);
   EXPECT_EQ(AdaptiveOptions::parse("auto:eta=0.50").canonical, o.canonical);
   EXPECT_EQ(AdaptiveOptions::parse("accordion").canonical,
@@ -138,7 +141,7 @@ TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
   EXPECT_NO_THROW(AdaptiveOptions::parse("auto:plans=fp16/fit/int8"));
   EXPECT_THROW(AdaptiveOptions::parse("accordion:critical=fit"), ConfigError);
   EXPECT_EQ(canonical_codec("auto:trial=3"),
-            "auto:eta=0.5,penalty=0.2,plans=none/fit/fp16/int8/powersgd,prune=2,rank=8,"
+            "auto:eta=0.5,penalty=0.2,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
             "reprobe=2000,trial=3,window=50");
 }
 
@@ -488,9 +491,8 @@ TEST(AutoTest, TheModelRulesOutAPlanWhoseExchangeAloneExceedsTwiceTheBestStep) {
 
 TEST(AutoTest, Int8IsLeftOutBeyond127Ranks) {
   // int8 sums the ranks' levels in int8: at 128 ranks it has none, and auto goes on
-  // without it instead of failing. The first decision comes after fp16 and none (2 steps
-  // each) or, where fit is measured too (a loaded machine's slower steps widen the margin
-  // that lets it in), after 6 steps.
+  // without it instead of failing. The first decision comes after fp16 and none, 2 steps
+  // each.
   RunSettings settings;
   settings.codec = "auto:window=2,trial=1";
   settings.steps = 7;

@@ -76,7 +76,7 @@ AdaptiveOptions AdaptiveOptions::parse(const std::string& text) {
   canonical.params["eta"] = format_parameter(o.eta);
   if (spec.name == "auto") {
     o.mode = Mode::kAuto;
-    const std::string plans = reader.get_string("plans", "none/fit/fp16/int8/powersgd");
+    const std::string plans = reader.get_string("plans", "none/fp16/int8/powersgd");
     for (const auto& name : split_plans(plans)) {
       for (const auto& plan : o.plans) {
         if (plan.name == name) throw ConfigError("codec auto: plan '" + name + "' listed twice");

@@ -1,7 +1,7 @@
 // Adaptive codecs for the allreduce strategy: the codec changes over training, the same on
 // every rank at the same step (ALGORITHMS.md 9).
 //
-//   auto[:plans=none/fit/fp16/int8/powersgd,rank=8,penalty=0.2,trial=5,window=50,eta=0.5,
+//   auto[:plans=none/fp16/int8/powersgd,rank=8,penalty=0.2,trial=5,window=50,eta=0.5,
 //         reprobe=2000,prune=2]
 //     Measures, then picks. Each candidate plan (codec_plan.h) runs `trial` steps after one
 //     of warm-up; a step's time is the wall time between two synchronize() returns
@@ -27,7 +27,9 @@
 //     measured (agreed by all ranks) so far: a step cannot be shorter than its exchange,
 //     so such a plan cannot win. 0: never. A plan that cannot run at this world (int8
 //     beyond 127 ranks) is left out at start.
-//     Plan `fit` is a choice per bucket among the uniform plans (fit_plan.h). During the
+//     Plan `fit` (listed, not a default: it lost to the best uniform plan in every whole
+//     run measured, docs/RESULTS.md) is a choice per bucket among the uniform plans
+//     (fit_plan.h). During the
 //     first trial every rank records, per tensor, how long before backward's end its
 //     gradient was final (the gradient hooks); when that trial's plans are measured, the
 //     ranks agree on the shortest of those times (an allreduce) and fit_rungs() picks each
