@@ -52,6 +52,7 @@ void AdaptiveStrategy::save_state(Bytes& out) const {
   writer.put<uint8_t>(lr_changed_);
   detector_.save_state(writer);
   put_vector(writer, measured_ms_);
+  put_vector(writer, trial_steps_of_);
   put_vector(writer, ruled_out_);
   std::vector<uint64_t> queue(trial_queue_.begin(), trial_queue_.end());
   put_vector(writer, queue);
@@ -98,6 +99,7 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   const bool lr_changed = in.get<uint8_t>("learning rate changed") != 0;
   detector_.load_state(in);
   auto measured = get_vector<double>(in, "measured ms", plans);
+  auto trial_steps_of = get_vector<uint64_t>(in, "trial steps per plan", plans);
   auto ruled_out = get_vector<uint8_t>(in, "ruled out", plans);
   auto queue = get_vector<uint64_t>(in, "trial queue", plans);
   const auto trial_pos = in.get<uint64_t>("trial position");
@@ -124,7 +126,8 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
       throw PayloadError(std::string("the checkpoint's plan fit: ") + e.what());
     }
   }
-  if (measured.size() != plans || ruled_out.size() != plans || trial_pos > queue.size()) {
+  if (measured.size() != plans || trial_steps_of.size() != plans || ruled_out.size() != plans ||
+      trial_pos > queue.size()) {
     throw PayloadError("the checkpoint's adaptive measurements do not fit " + options_.canonical);
   }
   for (const uint64_t p : queue) {
@@ -161,6 +164,7 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   window_lr_ = has_lr ? std::optional<double>(lr) : std::nullopt;
   lr_changed_ = lr_changed;
   measured_ms_ = std::move(measured);
+  trial_steps_of_ = std::move(trial_steps_of);
   ruled_out_ = std::move(ruled_out);
   trial_queue_.assign(queue.begin(), queue.end());
   trial_pos_ = static_cast<size_t>(trial_pos);

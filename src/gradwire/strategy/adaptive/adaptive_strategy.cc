@@ -174,6 +174,7 @@ void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
   grad_sq_.assign(tensors.size(), 0);
   grad_seen_.assign(tensors.size(), 0);
   measured_ms_.assign(options_.plans.size(), 0);
+  trial_steps_of_.assign(options_.plans.size(), 0);
   ruled_out_.assign(options_.plans.size(), 0);
   predicted_ms_.assign(options_.plans.size(), 0);
   for (size_t p = 0; p < plans_.size(); ++p) {
@@ -382,7 +383,10 @@ void AdaptiveStrategy::next_trial_plan() {
                        static_cast<float>(median(proposal_samples_))};
     collectives_.allreduce_max(agreed, 2);
     const float ms = agreed[1] > 0 ? std::min(agreed[0], agreed[1]) : agreed[0];
-    if (ms > 0) measured_ms_[trial_queue_[trial_pos_]] = ms;
+    if (ms > 0) {
+      measured_ms_[trial_queue_[trial_pos_]] = ms;
+      trial_steps_of_[trial_queue_[trial_pos_]] = trial_steps_;
+    }
   }
   do {
     ++trial_pos_;
@@ -523,6 +527,14 @@ void AdaptiveStrategy::decide(size_t plan, const std::string& why) {
     json += ",\"penalty\":" + format_parameter(options_.penalty);
     per_plan(measured_ms_, "ms/step measured", "step_ms");
     per_plan(predicted_ms_, "exchange ms/step predicted", "predicted_exchange_ms");
+    // Steps each measurement took (warm-up included; more where a layout's proposal was
+    // timed too): what the trials cost, in the metrics only.
+    json += ",\"trial_steps\":{";
+    for (size_t p = 0; p < options_.plans.size(); ++p) {
+      json += std::string(p ? "," : "") + "\"" + options_.plans[p].name +
+              "\":" + std::to_string(trial_steps_of_[p]);
+    }
+    json += "}";
     std::string ruled, ruled_json;
     for (size_t p = 0; p < options_.plans.size(); ++p) {
       if (!ruled_out_[p]) continue;
