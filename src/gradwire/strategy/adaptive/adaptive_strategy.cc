@@ -357,12 +357,12 @@ bool AdaptiveStrategy::time_proposal() {
   if (!plan.layout_comparing()) return false;
   if (trial_steps_ > options_.trial + 1) return proposal_samples_.size() < options_.trial;
   // The step the trial would have ended: the proposal is worth timing unless the first
-  // layout's median (agreed), less all the wait the model sees after backward, is still no
-  // faster than the fastest plan measured.
+  // layout's median (agreed), less the saving the layout's model predicts for it, is still
+  // no faster than the fastest plan measured.
   float first_ms = static_cast<float>(median(samples_));
   collectives_.allreduce_max(&first_ms, 1);
   const double fastest = fastest_measured_ms();
-  const double best_case = first_ms - 1e3 * plan.layout_exposed_before_s();
+  const double best_case = first_ms - 1e3 * plan.layout_predicted_saving_s();
   return proposal_samples_.size() < options_.trial && (fastest == 0 || best_case < fastest);
 }
 

@@ -12,8 +12,9 @@
 //     defaults of both); when it proposes other buckets, the trial goes on until `trial`
 //     steps ran the proposal (taking turns with the first layout), and the plan counts by
 //     the faster layout's median: a plan is not compared on buckets it would not keep.
-//     Not when the first layout's median, less all the wait after backward the layout's
-//     model sees, is still no faster than the fastest plan measured: no layout saves more.
+//     Not when the first layout's median, less the saving the layout's model predicts
+//     (more than the check measured, in every run so far), is still no faster than the
+//     fastest plan measured.
 //     Plans that compress are charged `penalty`
 //     for the steps they may cost and are not used in a critical regime (Accordion's
 //     RegimeDetector over the gradient norm). It measures again every

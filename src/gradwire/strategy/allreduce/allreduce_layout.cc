@@ -168,8 +168,8 @@ bool AllreduceStrategy::relayout() {
   const double measured = std::max(0.0f, -words[n]);
   input.link = calibrated_link(input, ends, measured);
   const double before = layout_exposed_seconds(input, ends);
-  layout_exposed_before_s_ = before;
   const PlannedLayout planned = plan_bucket_layout(input);
+  layout_predicted_saving_s_ = std::max(0.0, before - planned.exposed_s);
   char rate[32];
   std::snprintf(rate, sizeof rate, "%.3g", 8 / input.link.beta_s_per_byte / 1e6);
   char latency[32];

@@ -111,9 +111,10 @@ class AllreduceStrategy : public Strategy {
   // runs the proposal (the two take turns until judge_layout()).
   bool layout_comparing() const { return layout_trial_; }
   bool next_step_on_proposal() const { return layout_trial_ && trial_on_proposal_; }
-  // While comparing: the wait after backward the model predicts for the first layout (from
-  // agreed figures), the most any layout can save of a step.
-  double layout_exposed_before_s() const { return layout_exposed_before_s_; }
+  // While comparing: what the calibrated model predicts the proposal saves of the wait
+  // after backward (from agreed figures). It predicted more than the check then measured
+  // in every run of docs/results/overlap-layout/.
+  double layout_predicted_saving_s() const { return layout_predicted_saving_s_; }
   // The path bucket b's last exchange took (allgather for buckets that are not sparse).
   comm::SparsePath last_sparse_path(size_t b) const;
   // The exchange time of one step that the cost model predicts over `link` at this world:
@@ -236,7 +237,7 @@ class AllreduceStrategy : public Strategy {
   // one with fewer buckets. 1 ms: on 2 hosts at 100 Mbit the model's 4 int8 buckets for cnn
   // (50 us ties) ran slower than its 2 (docs/results/overlap-layout/, 3 seeds).
   static constexpr double kBucketTie = 1e-3;
-  double layout_exposed_before_s_ = 0;
+  double layout_predicted_saving_s_ = 0;
   std::string layout_summary_;
   std::unique_ptr<InOrderExecutor> executor_;  // last: destroyed (joined) first
 };
