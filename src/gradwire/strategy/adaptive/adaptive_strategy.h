@@ -180,12 +180,12 @@ class AdaptiveStrategy : public Strategy {
   std::vector<std::vector<double>> ready_samples_;  // per tensor: ms before backward's end
 
   // auto
-  std::vector<double> predicted_ms_;  // per plan: the model's exchange ms/step; 0: unknown
-  std::string left_out_;              // plans that cannot run at this world, and why
-  std::vector<double> measured_ms_;   // agreed median ms/step per plan; 0: not measured
+  std::vector<double> predicted_ms_;      // per plan: the model's exchange ms/step; 0: unknown
+  std::string left_out_;                  // plans that cannot run at this world, and why
+  std::vector<double> measured_ms_;       // agreed median ms/step per plan; 0: not measured
   std::vector<uint64_t> trial_steps_of_;  // per plan: steps its last measurement ran
-  std::vector<uint8_t> ruled_out_;    // per plan: ruled out by the model in the last trial
-  std::vector<size_t> trial_queue_;   // plans of the trial in progress (empty: none)
+  std::vector<uint8_t> ruled_out_;        // per plan: ruled out by the model in the last trial
+  std::vector<size_t> trial_queue_;       // plans of the trial in progress (empty: none)
   size_t trial_pos_ = 0;
   size_t trial_steps_ = 0;                // steps the current trial plan has run
   std::vector<double> samples_;           // its measured step times, ms (first layout)
