@@ -21,7 +21,7 @@
 
 #include "bench_inputs.h"
 #include "gradwire/compress/registry.h"
-#include "gradwire/compress/sparsifiers.h"
+#include "gradwire/compress/sparsify/sparsifiers.h"
 
 namespace gradwire::bench {
 namespace {

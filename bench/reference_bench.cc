@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "bench_inputs.h"
-#include "gradwire/compress/topk_select.h"
+#include "gradwire/compress/sparsify/topk_select.h"
 
 namespace gradwire::bench {
 namespace {

@@ -8,7 +8,7 @@
 #include <random>
 #include <vector>
 
-#include "gradwire/compress/topk_select.h"
+#include "gradwire/compress/sparsify/topk_select.h"
 
 namespace gradwire::bench {
 namespace {

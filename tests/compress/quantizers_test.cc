@@ -1,5 +1,5 @@
 // The quantizer family: qsgd, terngrad, signsgd, bf16 (ALGORITHMS.md 2.2-2.5).
-#include "gradwire/compress/quantizers.h"
+#include "gradwire/compress/quantize/quantizers.h"
 
 #include <gtest/gtest.h>
 

@@ -1,7 +1,7 @@
-// laplace-topk, gaussiank, randomk and dgc (src/gradwire/compress/sparsifiers.h): round trips,
-// achieved counts against k, random-k's shared-seed indices, error feedback, specs and
-// corrupt payloads.
-#include "gradwire/compress/sparsifiers.h"
+// laplace-topk, gaussiank, randomk and dgc (src/gradwire/compress/sparsify/sparsifiers.h):
+// round trips, achieved counts against k, random-k's shared-seed indices, error feedback,
+// specs and corrupt payloads.
+#include "gradwire/compress/sparsify/sparsifiers.h"
 
 #include <gtest/gtest.h>
 

@@ -14,9 +14,9 @@
 #include "codec_test_util.h"
 #include "gradwire/compress/codecs.h"
 #include "gradwire/compress/error_feedback.h"
-#include "gradwire/compress/range_float.h"
 #include "gradwire/compress/registry.h"
-#include "gradwire/compress/spectral_codec.h"
+#include "gradwire/compress/spectral/range_float.h"
+#include "gradwire/compress/spectral/spectral_codec.h"
 #include "gradwire/core/error.h"
 
 namespace gradwire::compress {

@@ -8,7 +8,7 @@
 #include "codec_test_util.h"
 #include "gradwire/compress/codecs.h"
 #include "gradwire/compress/registry.h"
-#include "gradwire/compress/topk_select.h"
+#include "gradwire/compress/sparsify/topk_select.h"
 #include "gradwire/core/error.h"
 
 namespace gradwire::compress {

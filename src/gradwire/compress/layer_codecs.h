@@ -10,13 +10,13 @@
 namespace gradwire::compress {
 
 // `filter-topk`: sends the most important output filters of a convolution weight whole
-// (ALGORITHMS.md 4.2). See filter_topk_codec.cc.
+// (ALGORITHMS.md 4.2). See sparsify/filter_topk_codec.cc.
 std::unique_ptr<Codec> make_filter_topk_codec(SpecReader& reader, const TensorInfo& tensor);
 
 inline constexpr uint8_t kFilterTopKVersion = 1;
 
 // `powersgd`: rank-r PowerSGD with warm start and its own error feedback (the factory
-// reads `ef`; the registry does not wrap it). See powersgd_codec.cc.
+// reads `ef`; the registry does not wrap it). See lowrank/powersgd_codec.cc.
 std::unique_ptr<Codec> make_powersgd_codec(SpecReader& reader, const TensorInfo& tensor);
 
 // Hylo's adaptive filter rate p = clip(p_max (t_size / numel)^gamma, p_min, p_max).

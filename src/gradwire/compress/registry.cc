@@ -8,9 +8,9 @@
 // codec family headers:
 #include "gradwire/compress/error_feedback.h"
 #include "gradwire/compress/layer_codecs.h"
-#include "gradwire/compress/quantizers.h"
-#include "gradwire/compress/sparsifiers.h"
-#include "gradwire/compress/spectral_codec.h"
+#include "gradwire/compress/quantize/quantizers.h"
+#include "gradwire/compress/sparsify/sparsifiers.h"
+#include "gradwire/compress/spectral/spectral_codec.h"
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
 

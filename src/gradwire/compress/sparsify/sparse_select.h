@@ -18,8 +18,8 @@
 #include <vector>
 
 #include "gradwire/compress/codecs.h"
-#include "gradwire/compress/sparsifiers.h"
-#include "gradwire/compress/topk_select.h"
+#include "gradwire/compress/sparsify/sparsifiers.h"
+#include "gradwire/compress/sparsify/topk_select.h"
 #include "gradwire/core/bytes.h"
 
 namespace gradwire::compress {

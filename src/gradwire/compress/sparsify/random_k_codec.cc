@@ -24,7 +24,7 @@
 #include <cmath>
 
 #include "gradwire/compress/codecs.h"
-#include "gradwire/compress/sparsifiers.h"
+#include "gradwire/compress/sparsify/sparsifiers.h"
 
 namespace gradwire::compress {
 namespace {

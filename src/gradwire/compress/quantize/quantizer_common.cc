@@ -3,7 +3,7 @@
 #include <cmath>
 #include <string>
 
-#include "gradwire/compress/quantizers.h"
+#include "gradwire/compress/quantize/quantizers.h"
 #include "gradwire/core/error.h"
 
 namespace gradwire::compress {

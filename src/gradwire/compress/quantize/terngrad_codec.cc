@@ -25,8 +25,8 @@
 #include <vector>
 
 #include "gradwire/compress/codecs.h"
-#include "gradwire/compress/quantizers.h"
-#include "gradwire/compress/ternary_codes.h"
+#include "gradwire/compress/quantize/quantizers.h"
+#include "gradwire/compress/quantize/ternary_codes.h"
 #include "gradwire/core/half.h"
 
 namespace gradwire::compress {

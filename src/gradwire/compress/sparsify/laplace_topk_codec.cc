@@ -30,8 +30,8 @@
 
 #include "gradwire/compress/codecs.h"
 #include "gradwire/compress/error_feedback.h"
-#include "gradwire/compress/sparse_select.h"
-#include "gradwire/compress/sparsifiers.h"
+#include "gradwire/compress/sparsify/sparse_select.h"
+#include "gradwire/compress/sparsify/sparsifiers.h"
 
 namespace gradwire::compress {
 namespace {

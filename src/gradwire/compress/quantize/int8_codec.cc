@@ -15,7 +15,7 @@
 #include <vector>
 
 #include "gradwire/compress/codecs.h"
-#include "gradwire/compress/quantizers.h"
+#include "gradwire/compress/quantize/quantizers.h"
 #include "gradwire/core/error.h"
 
 namespace gradwire::compress {

@@ -1,4 +1,4 @@
-#include "gradwire/compress/ternary_codes.h"
+#include "gradwire/compress/quantize/ternary_codes.h"
 
 #include <bit>
 #include <string>

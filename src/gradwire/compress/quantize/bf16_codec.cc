@@ -8,7 +8,7 @@
 //
 // Body: u16 bf16[N].
 #include "gradwire/compress/codecs.h"
-#include "gradwire/compress/quantizers.h"
+#include "gradwire/compress/quantize/quantizers.h"
 #include "gradwire/core/bf16.h"
 
 namespace gradwire::compress {

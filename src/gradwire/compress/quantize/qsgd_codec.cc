@@ -27,7 +27,7 @@
 #include <utility>
 
 #include "gradwire/compress/codecs.h"
-#include "gradwire/compress/quantizers.h"
+#include "gradwire/compress/quantize/quantizers.h"
 #include "gradwire/core/half.h"
 
 namespace gradwire::compress {

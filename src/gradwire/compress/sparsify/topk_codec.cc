@@ -2,8 +2,8 @@
 // ceil(density N)) entries of largest magnitude; body layout in codecs.h (TopKLayout).
 // Error feedback is on by default: the unsent entries stay in the residual.
 #include "gradwire/compress/codecs.h"
-#include "gradwire/compress/sparse_select.h"
-#include "gradwire/compress/topk_select.h"
+#include "gradwire/compress/sparsify/sparse_select.h"
+#include "gradwire/compress/sparsify/topk_select.h"
 
 namespace gradwire::compress {
 namespace {

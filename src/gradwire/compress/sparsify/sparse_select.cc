@@ -1,4 +1,4 @@
-#include "gradwire/compress/sparse_select.h"
+#include "gradwire/compress/sparsify/sparse_select.h"
 
 #include <algorithm>
 #include <bit>
@@ -9,7 +9,7 @@
 
 #include "gradwire/compress/codecs.h"
 #include "gradwire/compress/error_feedback.h"
-#include "gradwire/compress/sparsifiers.h"
+#include "gradwire/compress/sparsify/sparsifiers.h"
 #include "gradwire/core/error.h"
 
 namespace gradwire::compress {

@@ -1,6 +1,6 @@
 // `spectral`: frequency-domain sparsification + range-based float (ALGORITHMS.md 5); the
 // format and the rules are in spectral_codec.h.
-#include "gradwire/compress/spectral_codec.h"
+#include "gradwire/compress/spectral/spectral_codec.h"
 
 #include <fftw3.h>
 
@@ -14,7 +14,7 @@
 #include <type_traits>
 
 #include "gradwire/compress/codecs.h"
-#include "gradwire/compress/range_float.h"
+#include "gradwire/compress/spectral/range_float.h"
 #include "gradwire/core/error.h"
 
 namespace gradwire::compress {

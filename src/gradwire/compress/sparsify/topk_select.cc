@@ -1,4 +1,4 @@
-#include "gradwire/compress/topk_select.h"
+#include "gradwire/compress/sparsify/topk_select.h"
 
 #include <algorithm>
 #include <bit>

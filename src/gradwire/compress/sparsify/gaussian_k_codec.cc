@@ -20,8 +20,8 @@
 #include <numbers>
 
 #include "gradwire/compress/codecs.h"
-#include "gradwire/compress/sparse_select.h"
-#include "gradwire/compress/sparsifiers.h"
+#include "gradwire/compress/sparsify/sparse_select.h"
+#include "gradwire/compress/sparsify/sparsifiers.h"
 
 namespace gradwire::compress {
 namespace {

@@ -1,4 +1,4 @@
-#include "gradwire/compress/range_float.h"
+#include "gradwire/compress/spectral/range_float.h"
 
 #include <algorithm>
 #include <array>

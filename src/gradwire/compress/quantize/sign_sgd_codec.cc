@@ -19,7 +19,7 @@
 
 #include "gradwire/compress/codecs.h"
 #include "gradwire/compress/error_feedback.h"
-#include "gradwire/compress/quantizers.h"
+#include "gradwire/compress/quantize/quantizers.h"
 #include "gradwire/core/half.h"
 
 namespace gradwire::compress {
