@@ -259,6 +259,56 @@ TEST(AllreduceStrategyTest, OverlapExchangesABucketBeforeSynchronizeAndMatchesTh
   EXPECT_EQ(overlapped[0], serial[0]);  // bit for bit
 }
 
+TEST(AllreduceStrategyTest, ALowRankGroupIsExchangedDuringBackwardAndMatchesTheSerialPath) {
+  const auto tensors = toy_tensors();
+  const std::string codec = "conv=powersgd:rank=2,fc=powersgd:rank=2,other=fp16";
+  // fc.weight (12,000 bytes) is as large as the first bucket (4,096): it closes its group.
+  // Backward finishes fc.bias, fc.weight, conv.bias, conv.weight: group 0 goes first.
+  auto run = [&](bool overlap) {
+    std::vector<std::vector<std::vector<float>>> finals(2);
+    comm::run_local_ranks(2, 10s, [&](comm::Collectives& local) {
+      RecordingCollectives c(local);
+      ToyModel model(tensors, /*seed=*/100 + c.rank());
+      AllreduceStrategy strategy(
+          c, {.codec = codec, .first_bucket_bytes = 4096, .overlap = overlap});
+      strategy.start(tensors, model.spans(model.params));
+      EXPECT_EQ(strategy.bucket_layout_summary(),
+                "[fc.bias conv.bias] low-rank [fc.weight] low-rank [conv.weight]");
+      std::mt19937 rng(7 * c.rank() + 1);
+      std::normal_distribution<float> normal;
+      for (int s = 0; s < 4; ++s) {
+        for (auto& g : model.grads) {
+          for (float& v : g) v = normal(rng);
+        }
+        auto grads = model.spans(model.grads);
+        const int before = c.operations.load();
+        strategy.gradient_ready(2, grads[2]);  // fc.weight, as the hook would
+        if (overlap) {
+          const auto deadline = std::chrono::steady_clock::now() + 5s;
+          while (c.operations.load() == before && std::chrono::steady_clock::now() < deadline) {
+            std::this_thread::sleep_for(1ms);
+          }
+          EXPECT_GT(c.operations.load(), before) << "the low-rank group waited for synchronize()";
+        } else {
+          EXPECT_EQ(c.operations.load(), before);
+        }
+        strategy.synchronize(grads);
+        for (size_t t = 0; t < tensors.size(); ++t) {
+          for (size_t i = 0; i < model.params[t].size(); ++i) {
+            model.params[t][i] -= 0.1f * model.grads[t][i];
+          }
+        }
+      }
+      finals[c.rank()] = model.params;
+    });
+    return finals;
+  };
+  const auto overlapped = run(true);
+  const auto serial = run(false);
+  EXPECT_EQ(overlapped[1], overlapped[0]);
+  EXPECT_EQ(overlapped[0], serial[0]);  // bit for bit
+}
+
 TEST(AllreduceStrategyTest, DestructionWhileABucketIsBlockedReturnsAndPassesItsTurns) {
   // One bucket per tensor. Rank 1 never joins the step: rank 0's first bucket blocks in its
   // allreduce, the second is runnable with its turn reserved, when rank 0's strategy goes.

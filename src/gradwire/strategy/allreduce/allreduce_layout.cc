@@ -35,7 +35,13 @@ std::string AllreduceStrategy::bucket_layout_summary() const {
     }
     text += "]";
   }
-  if (!low_rank_.empty()) text += " and " + std::to_string(low_rank_.size()) + " low-rank tensors";
+  for (const LowRankGroup& group : low_rank_groups_) {
+    text += text.empty() ? "low-rank [" : " low-rank [";
+    for (size_t i = 0; i < group.tensors.size(); ++i) {
+      text += (i ? " " : "") + tensors_[group.tensors[i]].name;
+    }
+    text += "]";
+  }
   return layout_summary_.empty() ? text : text + "; " + layout_summary_;
 }
 

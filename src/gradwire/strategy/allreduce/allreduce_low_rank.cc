@@ -1,21 +1,98 @@
-// AllreduceStrategy's exchange of the low-rank (PowerSGD) tensors, after the buckets.
-#include "gradwire/strategy/allreduce/allreduce_strategy.h"
+// AllreduceStrategy's low-rank (PowerSGD) groups, and the executor's order of groups and
+// buckets.
+#include <algorithm>
 
 #include "gradwire/core/error.h"
+#include "gradwire/strategy/allreduce/allreduce_bucket.h"
+#include "gradwire/strategy/allreduce/allreduce_strategy.h"
 
 namespace gradwire::strategy {
 
-// PowerSGD: P = M Q for every tensor, one allreduce; orthonormalise, Q = M^T P, one
-// allreduce; the averaged factors give every rank the same P Q^T. Tensors in their codec's
-// dense start go in one fp32 allreduce-mean of their own instead.
-void AllreduceStrategy::synchronize_low_rank(const FloatSpans& grads) {
+void AllreduceStrategy::group_low_rank() {
+  // As for buckets, a tensor of at least the first bucket's size closes its group: the
+  // smaller ones backward finishes before it ride along, those after it would hold its
+  // exchange back. Groups are capped at bucket_bytes of fp32 gradient.
+  const size_t big = std::min(options_.first_bucket_bytes, options_.bucket_bytes);
+  bool closed = false;
+  size_t elements = 0;
+  size_t p_max = 0, q_max = 0;
+  for (size_t k : low_rank_) {
+    const size_t n = tensors_[k].numel();
+    if (low_rank_groups_.empty() || closed ||
+        (elements + n) * sizeof(float) > options_.bucket_bytes) {
+      low_rank_groups_.emplace_back();
+      elements = 0;
+    }
+    LowRankGroup& group = low_rank_groups_.back();
+    const auto* face = codecs_[k]->low_rank();
+    group.tensors.push_back(k);
+    group.p_size += face->p_size();
+    group.q_size += face->q_size();
+    p_max = std::max(p_max, group.p_size);
+    q_max = std::max(q_max, group.q_size);
+    elements += n;
+    closed = n * sizeof(float) >= big;
+  }
+  p_buffer_.resize(p_max);
+  q_buffer_.resize(q_max);
+}
+
+void AllreduceStrategy::order_slots() {
+  // Backward finishes a bucket or group with its last tensor in reverse registration order
+  // (the highest position): slots go by that position, the same on every rank.
+  const size_t n = tensors_.size();
+  const auto last = [n](const std::vector<size_t>& tensors) {
+    size_t position = 0;
+    for (size_t k : tensors) position = std::max(position, n - 1 - k);
+    return position;
+  };
+  std::vector<std::pair<size_t, Slot>> order;
+  for (size_t b = 0; b < buckets_.size(); ++b) {
+    order.push_back({last(buckets_[b].tensors), Slot{false, b}});
+  }
+  for (size_t g = 0; g < low_rank_groups_.size(); ++g) {
+    order.push_back({last(low_rank_groups_[g].tensors), Slot{true, g}});
+  }
+  std::stable_sort(order.begin(), order.end(),
+                   [](const auto& a, const auto& b) { return a.first < b.first; });
+  slots_.clear();
+  slot_of_.assign(n, kNoBucket);
+  slot_tensors_.clear();
+  for (const auto& [position, slot] : order) {
+    const auto& tensors =
+        slot.low_rank ? low_rank_groups_[slot.index].tensors : buckets_[slot.index].tensors;
+    for (size_t k : tensors) slot_of_[k] = slots_.size();
+    slot_tensors_.push_back(tensors.size());
+    slots_.push_back(slot);
+  }
+}
+
+size_t AllreduceStrategy::carrier_slot() const {
+  for (size_t s = slots_.size(); s-- > 0;) {
+    const Slot& slot = slots_[s];
+    if (status_on_low_rank_ ? slot.low_rank && slot.index + 1 == low_rank_groups_.size()
+                            : !slot.low_rank && slot.index == status_bucket_) {
+      return s;
+    }
+  }
+  return kNoBucket;
+}
+
+// PowerSGD: P = M Q for every tensor of the group, one allreduce; orthonormalise,
+// Q = M^T P, one allreduce; the averaged factors give every rank the same P Q^T. Tensors
+// in their codec's dense start go in one fp32 allreduce-mean of their own instead. The
+// carrier takes the status on its P allreduce, or on the dense one when every tensor of
+// the group is still in its dense start.
+void AllreduceStrategy::synchronize_low_rank(const LowRankGroup& group, bool carrier,
+                                             const FloatSpans& grads) {
   const float scale = 1.0f / static_cast<float>(collectives_.size());
+  const std::vector<size_t>& members = group.tensors;
   // Decided once for the step: counting a dense step may end the dense start.
-  dense_now_.resize(low_rank_.size());
+  dense_now_.resize(members.size());
   dense_buffer_.clear();
   size_t p_needed = 0;
-  for (size_t j = 0; j < low_rank_.size(); ++j) {
-    const size_t k = low_rank_[j];
+  for (size_t j = 0; j < members.size(); ++j) {
+    const size_t k = members[j];
     dense_now_[j] = codecs_[k]->low_rank()->dense_now() ? 1 : 0;
     if (dense_now_[j]) {
       dense_buffer_.insert(dense_buffer_.end(), grads[k].begin(), grads[k].end());
@@ -23,9 +100,7 @@ void AllreduceStrategy::synchronize_low_rank(const FloatSpans& grads) {
       p_needed += codecs_[k]->low_rank()->p_size();
     }
   }
-  // A carried status goes with the P allreduce, or with the dense one when every tensor is
-  // still in its dense start.
-  const bool status_on_dense = status_on_low_rank_ && p_needed == 0;
+  const bool status_on_dense = carrier && p_needed == 0;
   const size_t dense_size = dense_buffer_.size();
   if (status_on_dense) dense_buffer_.resize(dense_size + status_.size());
   if (status_on_dense) put_status(dense_buffer_.data() + dense_size);
@@ -34,31 +109,31 @@ void AllreduceStrategy::synchronize_low_rank(const FloatSpans& grads) {
                                comm::DataType::kFloat32);
     if (status_on_dense) take_status(dense_buffer_.data() + dense_size);
     size_t offset = 0;
-    for (size_t j = 0; j < low_rank_.size(); ++j) {
+    for (size_t j = 0; j < members.size(); ++j) {
       if (!dense_now_[j]) continue;
-      const size_t k = low_rank_[j];
+      const size_t k = members[j];
       for (float& v : grads[k]) v = dense_buffer_[offset++] * scale;
       codecs_[k]->low_rank()->count_dense_step();
       count_dense(grads[k].size_bytes());
     }
   }
   size_t p_used = 0;
-  for (size_t j = 0; j < low_rank_.size(); ++j) {
+  for (size_t j = 0; j < members.size(); ++j) {
     if (dense_now_[j]) continue;
-    auto* face = codecs_[low_rank_[j]]->low_rank();
-    face->begin(grads[low_rank_[j]], std::span<float>(p_buffer_).subspan(p_used, face->p_size()));
+    auto* face = codecs_[members[j]]->low_rank();
+    face->begin(grads[members[j]], std::span<float>(p_buffer_).subspan(p_used, face->p_size()));
     p_used += face->p_size();
   }
-  if (p_used == 0) return;  // every low-rank tensor is still in its dense start
-  const size_t carried = status_on_low_rank_ ? status_.size() : 0;
+  if (p_used == 0) return;  // every tensor of the group is still in its dense start
+  const size_t carried = carrier ? status_.size() : 0;
   if (carried) put_status(p_buffer_.data() + p_used);
   collectives_.allreduce_sum(p_buffer_.data(), p_used + carried, comm::DataType::kFloat32);
   if (carried) take_status(p_buffer_.data() + p_used);
   for (size_t i = 0; i < p_used; ++i) p_buffer_[i] *= scale;
   size_t p_offset = 0, q_used = 0;
-  for (size_t j = 0; j < low_rank_.size(); ++j) {
+  for (size_t j = 0; j < members.size(); ++j) {
     if (dense_now_[j]) continue;
-    auto* face = codecs_[low_rank_[j]]->low_rank();
+    auto* face = codecs_[members[j]]->low_rank();
     face->middle(std::span<const float>(p_buffer_).subspan(p_offset, face->p_size()),
                  std::span<float>(q_buffer_).subspan(q_used, face->q_size()));
     p_offset += face->p_size();
@@ -67,9 +142,9 @@ void AllreduceStrategy::synchronize_low_rank(const FloatSpans& grads) {
   collectives_.allreduce_sum(q_buffer_.data(), q_used, comm::DataType::kFloat32);
   for (size_t i = 0; i < q_used; ++i) q_buffer_[i] *= scale;
   size_t q_offset = 0;
-  for (size_t j = 0; j < low_rank_.size(); ++j) {
+  for (size_t j = 0; j < members.size(); ++j) {
     if (dense_now_[j]) continue;
-    const size_t k = low_rank_[j];
+    const size_t k = members[j];
     auto* face = codecs_[k]->low_rank();
     face->end(std::span<const float>(q_buffer_).subspan(q_offset, face->q_size()), grads[k]);
     q_offset += face->q_size();

@@ -59,12 +59,9 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
   std::vector<size_t> ends;  // of the buckets so far, in fill_order_
   bool closed = false;       // the last bucket takes no more tensors
   size_t elements = 0;       // in the last bucket
-  size_t p_size = 0, q_size = 0;
   for (size_t k = tensors_.size(); k-- > 0;) {
-    if (auto* face = codecs_[k]->low_rank()) {
+    if (codecs_[k]->low_rank() != nullptr) {
       low_rank_.push_back(k);
-      p_size += face->p_size();
-      q_size += face->q_size();
       continue;
     }
     const size_t n = tensors_[k].numel();
@@ -91,8 +88,7 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
       }
     }
   }
-  p_buffer_.resize(p_size);
-  q_buffer_.resize(q_size);
+  group_low_rank();
   ready_at_.assign(tensors_.size(), Clock::time_point());
   ready_samples_.assign(tensors_.size(), {});
   assign_buckets(ends);
@@ -101,7 +97,7 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
                  buckets_.empty() ||
                  std::any_of(buckets_.begin(), buckets_.end(),
                              [](const Bucket& b) { return !b.wire && !b.int8; });
-  executor_ = std::make_unique<InOrderExecutor>(collectives_, [this](size_t b) { run_bucket(b); });
+  executor_ = std::make_unique<InOrderExecutor>(collectives_, [this](size_t s) { run_slot(s); });
   started_ = true;
 }
 
@@ -134,12 +130,7 @@ void AllreduceStrategy::assign_buckets(const std::vector<size_t>& ends) {
     }
     first = ends[b];
   }
-  bucket_of_.assign(tensors_.size(), kNoBucket);
-  bucket_tensors_.assign(buckets_.size(), 0);
-  for (size_t b = 0; b < buckets_.size(); ++b) {
-    for (size_t k : buckets_[b].tensors) bucket_of_[k] = b;
-    bucket_tensors_[b] = buckets_[b].tensors.size();
-  }
+  order_slots();
   if (!status_.empty() && !status_on_low_rank_) {
     status_bucket_ = kNoBucket;
     if (!attach_status()) throw Error("the new bucket layout cannot carry the status");
@@ -162,8 +153,8 @@ bool AllreduceStrategy::carry_status(std::span<float> status) {
 }
 
 bool AllreduceStrategy::attach_status() {
-  if (!low_rank_.empty()) {
-    // The low-rank exchange is the step's last: its P (or dense) allreduce takes them.
+  if (!low_rank_groups_.empty()) {
+    // The last group's P (or dense) allreduce takes them.
     p_buffer_.resize(p_buffer_.size() + status_.size());
     status_on_low_rank_ = true;
     status_bytes_ = status_.size() * sizeof(float);
@@ -224,8 +215,9 @@ void AllreduceStrategy::open_step() {
   measuring_ = layout_measuring();
   step_exchange_s_ = 0;
   if (measuring_) step_opened_ = Clock::now();
-  std::vector<size_t> counts = bucket_tensors_;
-  if (status_bucket_ != kNoBucket) ++counts[status_bucket_];  // released by synchronize()
+  std::vector<size_t> counts = slot_tensors_;
+  const size_t carrier = carrier_slot();
+  if (carrier != kNoBucket) ++counts[carrier];  // released by synchronize()
   executor_->begin_step(std::move(counts));
 }
 
@@ -237,14 +229,11 @@ void AllreduceStrategy::report(size_t k, std::span<float> grad) {
   step_grads_[k] = grad;
   reported_[k] = 1;
   if (measuring_) ready_at_[k] = Clock::now();
-  executor_->tensor_ready(bucket_of_[k]);
+  executor_->tensor_ready(slot_of_[k]);
 }
 
 void AllreduceStrategy::gradient_ready(size_t index, std::span<float> grad) {
-  if (!options_.overlap || !started_ || index >= tensors_.size() ||
-      bucket_of_[index] == kNoBucket) {
-    return;
-  }
+  if (!options_.overlap || !started_ || index >= tensors_.size()) return;
   std::lock_guard<std::mutex> lock(step_mutex_);
   if (!executor_->in_step()) open_step();
   if (reported_[index]) {
@@ -261,6 +250,16 @@ std::string AllreduceStrategy::timeline_args(const Bucket& bucket) const {
   return "{\"bucket\":" + std::to_string(&bucket - buckets_.data()) +
          ",\"tensors\":" + std::to_string(bucket.tensors.size()) +
          ",\"fp32_bytes\":" + std::to_string(bucket.elements * sizeof(float)) + "}";
+}
+
+void AllreduceStrategy::run_slot(size_t s) {
+  const Slot slot = slots_[s];
+  if (!slot.low_rank) {
+    run_bucket(slot.index);
+    return;
+  }
+  TimelineSpan span("low-rank exchange", "communicate");
+  synchronize_low_rank(low_rank_groups_[slot.index], s == carrier_slot(), step_grads_);
 }
 
 void AllreduceStrategy::run_bucket(size_t b) {
@@ -327,12 +326,12 @@ std::optional<double> AllreduceStrategy::predicted_exchange_seconds(
   if (!buckets) return std::nullopt;
   double total = 0;
   for (double s : *buckets) total += s;
-  if (!low_rank_.empty()) {
-    const int world = collectives_.size();
+  const int world = collectives_.size();
+  for (const LowRankGroup& group : low_rank_groups_) {
     total += comm::ring_allreduce_seconds(
-                 link, static_cast<double>(p_buffer_.size() * sizeof(float)), world) +
+                 link, static_cast<double>(group.p_size * sizeof(float)), world) +
              comm::ring_allreduce_seconds(
-                 link, static_cast<double>(q_buffer_.size() * sizeof(float)), world);
+                 link, static_cast<double>(group.q_size * sizeof(float)), world);
   }
   return total;
 }
@@ -352,22 +351,19 @@ void AllreduceStrategy::synchronize(const FloatSpans& grads) {
   const Clock::time_point backward_end = Clock::now();
   {
     // What backward did not report (overlap off, a parameter without a gradient, a
-    // gradient no hook could see) is reported now; the buckets run in order as before.
+    // gradient no hook could see) is reported now; the slots run in order as before.
     std::lock_guard<std::mutex> lock(step_mutex_);
     if (!executor_->in_step()) open_step();
     for (size_t k = 0; k < tensors_.size(); ++k) {
-      if (bucket_of_[k] != kNoBucket && !reported_[k]) report(k, grads[k]);
+      if (!reported_[k]) report(k, grads[k]);
     }
-    // The carrier bucket goes now, with the status the caller has just set.
-    if (status_bucket_ != kNoBucket) executor_->tensor_ready(status_bucket_);
+    // The carrier goes now, with the status the caller has just set.
+    const size_t carrier = carrier_slot();
+    if (carrier != kNoBucket) executor_->tensor_ready(carrier);
   }
   {
     TimelineSpan wait("wait for the exchange", "wait");
     executor_->finish_step();  // rethrows what stopped a bucket
-  }
-  if (!low_rank_.empty()) {
-    TimelineSpan span("low-rank exchange", "communicate");
-    synchronize_low_rank(grads);
   }
   // The carried status is the caller's bookkeeping, not gradient traffic: left out (on
   // the wire as if it were an allreduce of its own; it adds under 0.01% to a bucket's).

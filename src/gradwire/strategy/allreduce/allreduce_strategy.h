@@ -17,13 +17,16 @@
 //    sparse_aggregation "auto", each step takes the path the cost model
 //    (comm/cost_model.h, over `link`) predicts cheapest for the previous step's totals
 //    (the first step: allgather); every rank has the same totals, so all take the same.
-// Tensors whose codec has a low-rank face (PowerSGD) are exchanged after the buckets, all
-// together, in two allreduces per step: every tensor's P, then every tensor's Q.
+// Tensors whose codec has a low-rank face (PowerSGD) go in low-rank groups instead, in the
+// same reverse registration order, a group closing after a tensor of at least the first
+// bucket's size: two allreduces per group and step, every tensor's P, then every tensor's
+// Q (its dense start: one fp32 allreduce).
 //
-// Overlap: with `overlap`, a bucket is exchanged as soon as backward has produced all its
-// gradients (gradient_ready), on the InOrderExecutor's thread, in bucket order on every
-// rank; synchronize() reports the gradients no hook reported, waits for the buckets, then
-// exchanges the low-rank tensors. Without it synchronize() reports them all: the same
+// Overlap: with `overlap`, a bucket or group is exchanged as soon as backward has produced
+// all its gradients (gradient_ready), on the InOrderExecutor's thread, in one order on every
+// rank (buckets and groups by the position of their last tensor in reverse registration
+// order, the order backward finishes them); synchronize() reports the gradients no hook
+// reported and waits for the exchange. Without it synchronize() reports them all: the same
 // work in the same order, so both paths give bitwise-identical results. The first bucket
 // (the last layers, finished first) is kept small so that the tail of backward overlaps.
 //
@@ -94,9 +97,9 @@ class AllreduceStrategy : public Strategy {
   bool overlaps() const override { return options_.overlap; }
   void synchronize(const FloatSpans& grads) override;
   TrafficStats traffic() const override { return traffic_; }
-  // Carried on the last bucket when it is additive or int8 (the bucket then waits for
-  // synchronize(), which its tensors end anyway: they are backward's last), or on the
-  // low-rank exchange; not on a sparse or message bucket.
+  // Carried on the last low-rank group, or without one on the last bucket when it is
+  // additive or int8 (the carrier then waits for synchronize(), which its tensors end
+  // anyway: they are backward's last); not on a sparse or message bucket.
   bool carry_status(std::span<float> status) override;
   void save_state(Bytes& out) const override;
   void load_state(ByteReader& in) override;
@@ -124,17 +127,34 @@ class AllreduceStrategy : public Strategy {
   // tensors' P and Q allreduces (PowerSGD after its dense start). nullopt while a
   // message bucket's payload size is unknown (before its first step). Call between steps.
   std::optional<double> predicted_exchange_seconds(const comm::LinkModel& link) const;
-  // The same per bucket, in bucket_layout()'s order (the low-rank tensors, in no bucket,
-  // are left out).
+  // The same per bucket, in bucket_layout()'s order (the low-rank groups, which are not
+  // buckets, are left out).
   std::optional<std::vector<double>> predicted_bucket_seconds(const comm::LinkModel& link) const;
 
  private:
   struct Bucket;
+  // Low-rank tensors exchanged together: P of every tensor in one allreduce, then Q.
+  struct LowRankGroup {
+    std::vector<size_t> tensors;  // indices into tensors_, in reverse registration order
+    size_t p_size = 0, q_size = 0;
+  };
+  // What the executor runs, in its order: bucket `index` or low-rank group `index`.
+  struct Slot {
+    bool low_rank = false;
+    size_t index = 0;
+  };
   using Clock = std::chrono::steady_clock;
-  static constexpr size_t kNoBucket = static_cast<size_t>(-1);  // low-rank tensors
+  static constexpr size_t kNoBucket = static_cast<size_t>(-1);
   // Makes the buckets: bucket b holds fill_order_[ends[b-1], ends[b]); their buffers, the
-  // tensors' bucket indices and the carried status. Between steps only.
+  // executor's slots and the carried status. Between steps only.
   void assign_buckets(const std::vector<size_t>& ends);
+  // Groups low_rank_ (allreduce_low_rank.cc).
+  void group_low_rank();
+  // Orders the buckets and low-rank groups into slots_ and indexes them (slot_of_,
+  // slot_tensors_).
+  void order_slots();
+  // The slot released by synchronize() (the carried status's), or kNoBucket.
+  size_t carrier_slot() const;
   // The inverse: each bucket's end in fill_order_.
   std::vector<size_t> bucket_ends() const;
   // Puts the carried status (status_) on the step's last collective; false if there is none
@@ -159,7 +179,8 @@ class AllreduceStrategy : public Strategy {
   void open_step();
   // Marks tensor k's gradient `grad` ready for this step. Holds step_mutex_.
   void report(size_t k, std::span<float> grad);
-  // The executor's work: bucket b's exchange over step_grads_.
+  // The executor's work: slot s's exchange over step_grads_.
+  void run_slot(size_t s);
   void run_bucket(size_t b);
   // The path sparse bucket `bucket` takes next: the forced one, else allgather before its
   // first step, else the cheapest over `link` for its last step's totals.
@@ -172,7 +193,7 @@ class AllreduceStrategy : public Strategy {
   void synchronize_sparse(Bucket& bucket, const FloatSpans& grads, comm::SparsePath path,
                           const std::string& args);
   void synchronize_int8(Bucket& bucket, const FloatSpans& grads);
-  void synchronize_low_rank(const FloatSpans& grads);
+  void synchronize_low_rank(const LowRankGroup& group, bool carrier, const FloatSpans& grads);
   // Adds `bytes` of fp32 gradient to the step's dense figures (as one ring allreduce).
   void count_dense(size_t bytes);
   // The carried status (carry_status) in a bucket's or buffer's tail: written before its
@@ -190,16 +211,18 @@ class AllreduceStrategy : public Strategy {
   std::vector<std::unique_ptr<compress::Codec>> codecs_;  // one per tensor
   std::vector<size_t> fill_order_;  // the bucketed tensors, in the order buckets take them
   std::vector<Bucket> buckets_;
-  std::vector<size_t> low_rank_;            // tensors exchanged by synchronize_low_rank
-  std::vector<float> p_buffer_, q_buffer_;  // their concatenated P and Q factors
+  std::vector<size_t> low_rank_;  // tensors exchanged by synchronize_low_rank
+  std::vector<LowRankGroup> low_rank_groups_;
+  std::vector<float> p_buffer_, q_buffer_;  // a group's concatenated P and Q factors
   std::vector<float> dense_buffer_;         // those in their dense start, concatenated
-  std::vector<uint8_t> dense_now_;          // per low_rank_ entry: dense this step
-  std::vector<size_t> bucket_of_;           // per tensor: its bucket, or kNoBucket
-  std::vector<size_t> bucket_tensors_;      // per bucket: how many tensors it holds
+  std::vector<uint8_t> dense_now_;          // per tensor of the group: dense this step
+  std::vector<Slot> slots_;                 // the executor's order
+  std::vector<size_t> slot_of_;             // per tensor: its slot
+  std::vector<size_t> slot_tensors_;        // per slot: how many tensors it holds
   TrafficStats traffic_;
   bool started_ = false;
   // carry_status(): the caller's words, and the bucket that carries them (kNoBucket: none,
-  // or the low-rank exchange when status_on_low_rank_); its bytes, left out of traffic_.
+  // or the last low-rank group when status_on_low_rank_); its bytes, left out of traffic_.
   std::span<float> status_;
   size_t status_bucket_ = kNoBucket;
   bool status_on_low_rank_ = false;
