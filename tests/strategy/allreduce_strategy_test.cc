@@ -262,15 +262,16 @@ TEST(AllreduceStrategyTest, OverlapExchangesABucketBeforeSynchronizeAndMatchesTh
 TEST(AllreduceStrategyTest, ALowRankGroupIsExchangedDuringBackwardAndMatchesTheSerialPath) {
   const auto tensors = toy_tensors();
   const std::string codec = "conv=powersgd:rank=2,fc=powersgd:rank=2,other=fp16";
-  // fc.weight (12,000 bytes) is as large as the first bucket (4,096): it closes its group.
-  // Backward finishes fc.bias, fc.weight, conv.bias, conv.weight: group 0 goes first.
+  // fc.weight holds 3,000 of the 3,288 low-rank elements: more than half, it closes the
+  // first group. Backward finishes fc.bias, fc.weight, conv.bias, conv.weight: group 0
+  // goes first, then the bucket of biases, then group 1.
   auto run = [&](bool overlap) {
     std::vector<std::vector<std::vector<float>>> finals(2);
     comm::run_local_ranks(2, 10s, [&](comm::Collectives& local) {
       RecordingCollectives c(local);
       ToyModel model(tensors, /*seed=*/100 + c.rank());
       AllreduceStrategy strategy(
-          c, {.codec = codec, .first_bucket_bytes = 4096, .overlap = overlap});
+          c, {.codec = codec, .overlap = overlap});
       strategy.start(tensors, model.spans(model.params));
       EXPECT_EQ(strategy.bucket_layout_summary(),
                 "[fc.bias conv.bias] low-rank [fc.weight] low-rank [conv.weight]");

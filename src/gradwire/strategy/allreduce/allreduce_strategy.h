@@ -18,9 +18,9 @@
 //    (comm/cost_model.h, over `link`) predicts cheapest for the previous step's totals
 //    (the first step: allgather); every rank has the same totals, so all take the same.
 // Tensors whose codec has a low-rank face (PowerSGD) go in low-rank groups instead, in the
-// same reverse registration order, a group closing after a tensor of at least the first
-// bucket's size: two allreduces per group and step, every tensor's P, then every tensor's
-// Q (its dense start: one fp32 allreduce).
+// same reverse registration order: the first closes once it holds half of their elements,
+// the others hold at most bucket_bytes of fp32 gradient. Two allreduces per group and step,
+// every tensor's P, then every tensor's Q (in its dense start: one fp32 allreduce).
 //
 // Overlap: with `overlap`, a bucket or group is exchanged as soon as backward has produced
 // all its gradients (gradient_ready), on the InOrderExecutor's thread, in one order on every
