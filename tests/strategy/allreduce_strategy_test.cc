@@ -270,8 +270,7 @@ TEST(AllreduceStrategyTest, ALowRankGroupIsExchangedDuringBackwardAndMatchesTheS
     comm::run_local_ranks(2, 10s, [&](comm::Collectives& local) {
       RecordingCollectives c(local);
       ToyModel model(tensors, /*seed=*/100 + c.rank());
-      AllreduceStrategy strategy(
-          c, {.codec = codec, .overlap = overlap});
+      AllreduceStrategy strategy(c, {.codec = codec, .overlap = overlap});
       strategy.start(tensors, model.spans(model.params));
       EXPECT_EQ(strategy.bucket_layout_summary(),
                 "[fc.bias conv.bias] low-rank [fc.weight] low-rank [conv.weight]");

@@ -3,6 +3,7 @@
 #include <algorithm>
 
 #include "gradwire/core/error.h"
+#include "gradwire/core/timeline.h"
 #include "gradwire/strategy/allreduce/allreduce_bucket.h"
 #include "gradwire/strategy/allreduce/allreduce_strategy.h"
 
@@ -108,6 +109,8 @@ void AllreduceStrategy::synchronize_low_rank(const LowRankGroup& group, bool car
   if (status_on_dense) dense_buffer_.resize(dense_size + status_.size());
   if (status_on_dense) put_status(dense_buffer_.data() + dense_size);
   if (!dense_buffer_.empty()) {
+    TimelineSpan span("communicate", "communicate");
+    span.set_args("{\"low_rank\":\"dense\"}");
     collectives_.allreduce_sum(dense_buffer_.data(), dense_buffer_.size(),
                                comm::DataType::kFloat32);
     if (status_on_dense) take_status(dense_buffer_.data() + dense_size);
@@ -121,29 +124,45 @@ void AllreduceStrategy::synchronize_low_rank(const LowRankGroup& group, bool car
     }
   }
   size_t p_used = 0;
-  for (size_t j = 0; j < members.size(); ++j) {
-    if (dense_now_[j]) continue;
-    auto* face = codecs_[members[j]]->low_rank();
-    face->begin(grads[members[j]], std::span<float>(p_buffer_).subspan(p_used, face->p_size()));
-    p_used += face->p_size();
+  {
+    TimelineSpan span("encode", "compute");  // P = M Q
+    for (size_t j = 0; j < members.size(); ++j) {
+      if (dense_now_[j]) continue;
+      auto* face = codecs_[members[j]]->low_rank();
+      face->begin(grads[members[j]], std::span<float>(p_buffer_).subspan(p_used, face->p_size()));
+      p_used += face->p_size();
+    }
   }
   if (p_used == 0) return;  // every tensor of the group is still in its dense start
   const size_t carried = carrier ? status_.size() : 0;
   if (carried) put_status(p_buffer_.data() + p_used);
-  collectives_.allreduce_sum(p_buffer_.data(), p_used + carried, comm::DataType::kFloat32);
+  {
+    TimelineSpan span("communicate", "communicate");
+    if (span.on())
+      span.set_args("{\"low_rank\":\"P\",\"floats\":" + std::to_string(p_used + carried) + "}");
+    collectives_.allreduce_sum(p_buffer_.data(), p_used + carried, comm::DataType::kFloat32);
+  }
   if (carried) take_status(p_buffer_.data() + p_used);
   for (size_t i = 0; i < p_used; ++i) p_buffer_[i] *= scale;
   size_t p_offset = 0, q_used = 0;
-  for (size_t j = 0; j < members.size(); ++j) {
-    if (dense_now_[j]) continue;
-    auto* face = codecs_[members[j]]->low_rank();
-    face->middle(std::span<const float>(p_buffer_).subspan(p_offset, face->p_size()),
-                 std::span<float>(q_buffer_).subspan(q_used, face->q_size()));
-    p_offset += face->p_size();
-    q_used += face->q_size();
+  {
+    TimelineSpan span("encode", "compute");  // orthonormal P, Q = M^T P
+    for (size_t j = 0; j < members.size(); ++j) {
+      if (dense_now_[j]) continue;
+      auto* face = codecs_[members[j]]->low_rank();
+      face->middle(std::span<const float>(p_buffer_).subspan(p_offset, face->p_size()),
+                   std::span<float>(q_buffer_).subspan(q_used, face->q_size()));
+      p_offset += face->p_size();
+      q_used += face->q_size();
+    }
   }
-  collectives_.allreduce_sum(q_buffer_.data(), q_used, comm::DataType::kFloat32);
+  {
+    TimelineSpan span("communicate", "communicate");
+    if (span.on()) span.set_args("{\"low_rank\":\"Q\",\"floats\":" + std::to_string(q_used) + "}");
+    collectives_.allreduce_sum(q_buffer_.data(), q_used, comm::DataType::kFloat32);
+  }
   for (size_t i = 0; i < q_used; ++i) q_buffer_[i] *= scale;
+  TimelineSpan span("decode", "compute");  // M = P Q^T
   size_t q_offset = 0;
   for (size_t j = 0; j < members.size(); ++j) {
     if (dense_now_[j]) continue;

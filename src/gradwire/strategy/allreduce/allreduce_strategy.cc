@@ -328,10 +328,10 @@ std::optional<double> AllreduceStrategy::predicted_exchange_seconds(
   for (double s : *buckets) total += s;
   const int world = collectives_.size();
   for (const LowRankGroup& group : low_rank_groups_) {
-    total += comm::ring_allreduce_seconds(
-                 link, static_cast<double>(group.p_size * sizeof(float)), world) +
-             comm::ring_allreduce_seconds(
-                 link, static_cast<double>(group.q_size * sizeof(float)), world);
+    total += comm::ring_allreduce_seconds(link, static_cast<double>(group.p_size * sizeof(float)),
+                                          world) +
+             comm::ring_allreduce_seconds(link, static_cast<double>(group.q_size * sizeof(float)),
+                                          world);
   }
   return total;
 }
