@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <cmath>
+#include <functional>
 #include <random>
 #include <thread>
 
@@ -211,47 +212,56 @@ class RecordingCollectives : public ForwardingCollectives {
   std::atomic<int> operations{0};
 };
 
-TEST(AllreduceStrategyTest, OverlapExchangesABucketBeforeSynchronizeAndMatchesTheSerialPath) {
+// Trains 2 ranks on toy_tensors() for `steps` SGD steps, reporting tensor `early` as a hook
+// would mid-backward before synchronize(): with overlap, its exchange must start then (a
+// collective is issued before synchronize()); without, nothing may. Each rank's parameters.
+std::vector<std::vector<std::vector<float>>> train_reporting_early(
+    AllreduceOptions options, size_t early, int steps,
+    const std::function<void(AllreduceStrategy&)>& check_start = {}) {
   const auto tensors = toy_tensors();
-  // One bucket per tensor; backward finishes the last tensor (bucket 0) first.
-  auto run = [&](bool overlap) {
-    std::vector<std::vector<std::vector<float>>> finals(2);
-    comm::run_local_ranks(2, 10s, [&](comm::Collectives& local) {
-      RecordingCollectives c(local);
-      ToyModel model(tensors, /*seed=*/100 + c.rank());
-      AllreduceStrategy strategy(
-          c, {.codec = "topk:density=0.1", .bucket_bytes = 64, .overlap = overlap});
-      strategy.start(tensors, model.spans(model.params));
-      std::mt19937 rng(7 * c.rank() + 1);
-      std::normal_distribution<float> normal;
-      for (int s = 0; s < 3; ++s) {
-        for (auto& g : model.grads) {
-          for (float& v : g) v = normal(rng);
+  std::vector<std::vector<std::vector<float>>> finals(2);
+  comm::run_local_ranks(2, 10s, [&](comm::Collectives& local) {
+    RecordingCollectives c(local);
+    ToyModel model(tensors, /*seed=*/100 + c.rank());
+    AllreduceStrategy strategy(c, options);
+    strategy.start(tensors, model.spans(model.params));
+    if (check_start) check_start(strategy);
+    std::mt19937 rng(7 * c.rank() + 1);
+    std::normal_distribution<float> normal;
+    for (int s = 0; s < steps; ++s) {
+      for (auto& g : model.grads) {
+        for (float& v : g) v = normal(rng);
+      }
+      auto grads = model.spans(model.grads);
+      const int before = c.operations.load();
+      strategy.gradient_ready(early, grads[early]);
+      if (options.overlap) {
+        const auto deadline = std::chrono::steady_clock::now() + 5s;
+        while (c.operations.load() == before && std::chrono::steady_clock::now() < deadline) {
+          std::this_thread::sleep_for(1ms);
         }
-        auto grads = model.spans(model.grads);
-        const int before = c.operations.load();
-        const size_t last = tensors.size() - 1;
-        strategy.gradient_ready(last, grads[last]);  // as the hook would, mid-backward
-        if (overlap) {
-          // Bucket 0's allgather starts now, on the executor's thread.
-          const auto deadline = std::chrono::steady_clock::now() + 5s;
-          while (c.operations.load() == before && std::chrono::steady_clock::now() < deadline) {
-            std::this_thread::sleep_for(1ms);
-          }
-          EXPECT_GT(c.operations.load(), before) << "bucket 0 waited for synchronize()";
-        } else {
-          EXPECT_EQ(c.operations.load(), before);
-        }
-        strategy.synchronize(grads);
-        for (size_t t = 0; t < tensors.size(); ++t) {
-          for (size_t i = 0; i < model.params[t].size(); ++i) {
-            model.params[t][i] -= 0.1f * model.grads[t][i];
-          }
+        EXPECT_GT(c.operations.load(), before) << "tensor " << early << " waited for synchronize()";
+      } else {
+        EXPECT_EQ(c.operations.load(), before);
+      }
+      strategy.synchronize(grads);
+      for (size_t t = 0; t < tensors.size(); ++t) {
+        for (size_t i = 0; i < model.params[t].size(); ++i) {
+          model.params[t][i] -= 0.1f * model.grads[t][i];
         }
       }
-      finals[c.rank()] = model.params;
-    });
-    return finals;
+    }
+    finals[c.rank()] = model.params;
+  });
+  return finals;
+}
+
+TEST(AllreduceStrategyTest, OverlapExchangesABucketBeforeSynchronizeAndMatchesTheSerialPath) {
+  // One bucket per tensor; backward finishes the last tensor (bucket 0) first.
+  const size_t last = toy_tensors().size() - 1;
+  const auto run = [&](bool overlap) {
+    return train_reporting_early(
+        {.codec = "topk:density=0.1", .bucket_bytes = 64, .overlap = overlap}, last, 3);
   };
   const auto overlapped = run(true);
   const auto serial = run(false);
@@ -260,48 +270,16 @@ TEST(AllreduceStrategyTest, OverlapExchangesABucketBeforeSynchronizeAndMatchesTh
 }
 
 TEST(AllreduceStrategyTest, ALowRankGroupIsExchangedDuringBackwardAndMatchesTheSerialPath) {
-  const auto tensors = toy_tensors();
-  const std::string codec = "conv=powersgd:rank=2,fc=powersgd:rank=2,other=fp16";
   // fc.weight holds 3,000 of the 3,288 low-rank elements: more than half, it closes the
   // first group. Backward finishes fc.bias, fc.weight, conv.bias, conv.weight: group 0
   // goes first, then the bucket of biases, then group 1.
-  auto run = [&](bool overlap) {
-    std::vector<std::vector<std::vector<float>>> finals(2);
-    comm::run_local_ranks(2, 10s, [&](comm::Collectives& local) {
-      RecordingCollectives c(local);
-      ToyModel model(tensors, /*seed=*/100 + c.rank());
-      AllreduceStrategy strategy(c, {.codec = codec, .overlap = overlap});
-      strategy.start(tensors, model.spans(model.params));
-      EXPECT_EQ(strategy.bucket_layout_summary(),
-                "[fc.bias conv.bias] low-rank [fc.weight] low-rank [conv.weight]");
-      std::mt19937 rng(7 * c.rank() + 1);
-      std::normal_distribution<float> normal;
-      for (int s = 0; s < 4; ++s) {
-        for (auto& g : model.grads) {
-          for (float& v : g) v = normal(rng);
-        }
-        auto grads = model.spans(model.grads);
-        const int before = c.operations.load();
-        strategy.gradient_ready(2, grads[2]);  // fc.weight, as the hook would
-        if (overlap) {
-          const auto deadline = std::chrono::steady_clock::now() + 5s;
-          while (c.operations.load() == before && std::chrono::steady_clock::now() < deadline) {
-            std::this_thread::sleep_for(1ms);
-          }
-          EXPECT_GT(c.operations.load(), before) << "the low-rank group waited for synchronize()";
-        } else {
-          EXPECT_EQ(c.operations.load(), before);
-        }
-        strategy.synchronize(grads);
-        for (size_t t = 0; t < tensors.size(); ++t) {
-          for (size_t i = 0; i < model.params[t].size(); ++i) {
-            model.params[t][i] -= 0.1f * model.grads[t][i];
-          }
-        }
-      }
-      finals[c.rank()] = model.params;
-    });
-    return finals;
+  const auto run = [&](bool overlap) {
+    return train_reporting_early(
+        {.codec = "conv=powersgd:rank=2,fc=powersgd:rank=2,other=fp16", .overlap = overlap},
+        /*early=fc.weight*/ 2, 4, [](AllreduceStrategy& strategy) {
+          EXPECT_EQ(strategy.bucket_layout_summary(),
+                    "[fc.bias conv.bias] low-rank [fc.weight] low-rank [conv.weight]");
+        });
   };
   const auto overlapped = run(true);
   const auto serial = run(false);
