@@ -376,6 +376,25 @@ TEST(AllreduceStrategyTest, PredictedExchangeIsTheCostModelsOfItsCollectives) {
   }
 }
 
+TEST(AllreduceStrategyTest, PredictedExchangeCountsEachLowRankGroupsPAndQ) {
+  // fc (10 x 300) holds more than half of the low-rank elements and closes the first
+  // group; conv (8 x 4 x 3 x 3, as 8 x 36) is the second. Rank 2: P is n x 2, Q m x 2.
+  const std::vector<TensorInfo> tensors{{"conv.weight", {8, 4, 3, 3}, LayerKind::kConvWeight},
+                                        {"fc.weight", {10, 300}, LayerKind::kFcWeight}};
+  const comm::LinkModel link{1e-6, 1e-9};
+  const auto ring = [&](double floats) {
+    return comm::ring_allreduce_seconds(link, floats * sizeof(float), 2);
+  };
+  comm::run_local_ranks(2, 5s, [&](comm::Collectives& c) {
+    AllreduceStrategy strategy(c, {.codec = "powersgd:rank=2"});
+    std::vector<float> conv(288), fc(3000);
+    strategy.start(tensors, {conv, fc});
+    EXPECT_EQ(strategy.bucket_layout_summary(), "low-rank [fc.weight] low-rank [conv.weight]");
+    EXPECT_DOUBLE_EQ(strategy.predicted_exchange_seconds(link).value(),
+                     ring(10 * 2) + ring(300 * 2) + ring(8 * 2) + ring(36 * 2));
+  });
+}
+
 TEST(AllreduceStrategyTest, StartBroadcastsRankZerosParameters) {
   const std::vector<TensorInfo> tensors{{"w", {4}, LayerKind::kNorm}};
   comm::run_local_ranks(2, 5s, [&](comm::Collectives& c) {
