@@ -258,7 +258,8 @@ void AllreduceStrategy::run_slot(size_t s) {
     run_bucket(slot.index);
     return;
   }
-  TimelineSpan span("low-rank exchange", "communicate");
+  // Category "exchange": the group's own spans (communicate, encode, decode) lie inside.
+  TimelineSpan span("low-rank exchange", "exchange");
   synchronize_low_rank(low_rank_groups_[slot.index], s == carrier_slot(), step_grads_);
 }
 

@@ -144,7 +144,7 @@ class AllreduceStrategy : public Strategy {
     size_t index = 0;
   };
   using Clock = std::chrono::steady_clock;
-  static constexpr size_t kNoBucket = static_cast<size_t>(-1);
+  static constexpr size_t kNoBucket = static_cast<size_t>(-1);  // no bucket, or no slot
   // Makes the buckets: bucket b holds fill_order_[ends[b-1], ends[b]); their buffers, the
   // executor's slots and the carried status. Between steps only.
   void assign_buckets(const std::vector<size_t>& ends);
