@@ -25,8 +25,10 @@ std::vector<float> rank_one(float scale) {
 }
 
 TEST(PowerSgdTest, SpecAndFaces) {
-  EXPECT_EQ(canonical_spec("powersgd"), "powersgd:ef=1,rank=2,seed=0,start=0");
-  EXPECT_EQ(canonical_spec("powersgd:rank=4,ef=0"), "powersgd:ef=0,rank=4,seed=0,start=0");
+  EXPECT_EQ(canonical_spec("powersgd"), "powersgd:ef=1,min_rate=0,rank=2,seed=0,start=0");
+  EXPECT_EQ(canonical_spec("powersgd:rank=4,ef=0,min_rate=2"),
+            "powersgd:ef=0,min_rate=2,rank=4,seed=0,start=0");
+  EXPECT_THROW(canonical_spec("powersgd:min_rate=-1"), ConfigError);
   EXPECT_THROW(canonical_spec("powersgd:rank=0"), ConfigError);
   EXPECT_THROW(canonical_spec("powersgd:density=1"), ConfigError);
   auto matrix = create_codec("powersgd", kMatrix);
@@ -35,6 +37,25 @@ TEST(PowerSgdTest, SpecAndFaces) {
   auto vector = create_codec("powersgd", testing::tensor_of(7));  // 1-D: uncompressed
   EXPECT_EQ(vector->low_rank(), nullptr);
   EXPECT_EQ(vector->additive_wire(), WireType::kFloat32);
+}
+
+// DDP's min_compression_rate: a matrix whose factors are not min_rate times smaller than
+// it goes dense, exactly, like a vector; one whose factors are stays low rank.
+TEST(PowerSgdTest, AMatrixThatCompressesTooLittleGoesDense) {
+  const TensorInfo conv1{"conv1.weight", {32, 1, 5, 5}, LayerKind::kConvWeight};
+  const TensorInfo conv2{"conv2.weight", {64, 32, 5, 5}, LayerKind::kConvWeight};
+  // conv1 at rank 8: (32 + 25) 8 = 456 floats for 800; 2 x 456 >= 800.
+  auto dense = create_codec("powersgd:rank=8,min_rate=2", conv1);
+  EXPECT_EQ(dense->low_rank(), nullptr);
+  EXPECT_EQ(dense->additive_wire(), WireType::kFloat32);
+  const auto g = testing::random_vector(800, 5, 1.0f);
+  EXPECT_EQ(testing::decode(*dense, testing::encode(*dense, g), 800), g);
+  EXPECT_NE(create_codec("powersgd:rank=8", conv1)->low_rank(), nullptr);  // min_rate 0
+  // conv2: (64 + 800) 8 = 6912 floats for 51200: compressed.
+  EXPECT_NE(create_codec("powersgd:rank=8,min_rate=2", conv2)->low_rank(), nullptr);
+  // The bound itself: 6 x 10 at rank 2 sends 32 for 60, 1.875 times smaller.
+  EXPECT_NE(create_codec("powersgd:rank=2,min_rate=1.8", kMatrix)->low_rank(), nullptr);
+  EXPECT_EQ(create_codec("powersgd:rank=2,min_rate=1.875", kMatrix)->low_rank(), nullptr);
 }
 
 TEST(PowerSgdTest, MessageFaceReconstructsARankOneMatrix) {

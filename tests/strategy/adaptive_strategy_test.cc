@@ -123,7 +123,7 @@ TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
   ASSERT_EQ(o.plans.size(), 4u);
   for (const auto& plan : o.plans) EXPECT_FALSE(plan.per_bucket) << plan.name;
   EXPECT_FALSE(o.plans[2].compresses);  // int8
-  EXPECT_EQ(o.plans[3].policy, "conv=powersgd:rank=8,fc=powersgd:rank=8,other=fp16");
+  EXPECT_EQ(o.plans[3].policy, "powersgd:min_rate=2,rank=8");
   EXPECT_TRUE(AdaptiveOptions::parse("auto:plans=none/fit/fp16/int8/powersgd").plans[1].per_bucket);
   EXPECT_EQ(AdaptiveOptions::parse(o.canonical).canonical, o.canonical);
   EXPECT_EQ(AdaptiveOptions::parse("auto:eta=0.50").canonical, o.canonical);

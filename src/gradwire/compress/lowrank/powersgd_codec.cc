@@ -1,7 +1,12 @@
 // `powersgd`: rank-r PowerSGD (Vogels et al. 2019; ALGORITHMS.md 3), spec
-// `powersgd:rank=2,ef=1,seed=0,start=0`. `start`: the first `start` steps go dense (fp32,
-// exact), as DDP's start_powerSGD_iter: compression from the first step costs accuracy
-// that later steps do not win back (the error feedback starts from a poor Q).
+// `powersgd:rank=2,ef=1,seed=0,start=0,min_rate=0`. `start`: the first `start` steps go
+// dense (fp32, exact), as DDP's start_powerSGD_iter: compression from the first step costs
+// accuracy that later steps do not win back (the error feedback starts from a poor Q).
+// `min_rate`: DDP's min_compression_rate. A matrix is compressed only when its factors are
+// at least that many times smaller than it, (n + m) r min_rate < n m; otherwise it goes
+// dense like a vector (fp32, exact, no collective of its own). 0 compresses every matrix;
+// DDP's default is 2, which sends cnn's conv1 (32 x 25, rank 8: 456 floats for 800) and
+// fc2 (10 x 128) dense.
 //
 // A tensor of two or more dimensions is a matrix M of n = shape[0] rows and m = numel/n
 // columns (a convolution weight: C_out x C_in*kh*kw). Q starts N(0, 1) from a generator
@@ -75,13 +80,24 @@ uint64_t name_hash(const std::string& name) {
 class PowerSgdCodec final : public Codec, public LowRankFace {
  public:
   PowerSgdCodec(const TensorInfo& tensor, size_t rank, bool ef, uint64_t seed, size_t start,
-                std::string spec)
+                double min_rate, std::string spec)
       : spec_(std::move(spec)), ef_(ef), start_(start) {
     const size_t numel = tensor.numel();
-    matrix_ = tensor.shape.size() >= 2 && numel > 0;
-    rows_ = matrix_ ? static_cast<size_t>(tensor.shape[0]) : numel;
-    cols_ = matrix_ ? numel / rows_ : 1;
-    rank_ = std::min({rank, rows_, cols_});
+    if (tensor.shape.size() >= 2 && numel > 0) {
+      const size_t rows = static_cast<size_t>(tensor.shape[0]);
+      const size_t cols = numel / rows;
+      const size_t r = std::min({rank, rows, cols});
+      matrix_ = static_cast<double>((rows + cols) * r) * min_rate < static_cast<double>(numel);
+      if (matrix_) {
+        rows_ = rows;
+        cols_ = cols;
+        rank_ = r;
+      }
+    }
+    if (!matrix_) {
+      rows_ = numel;
+      cols_ = 1;
+    }
     if (matrix_) {
       qt_.resize(rank_ * cols_);
       fill_normal(qt_, seed ^ name_hash(tensor.name));
@@ -297,12 +313,13 @@ std::unique_ptr<Codec> make_powersgd_codec(SpecReader& reader, const TensorInfo&
   const bool ef = reader.get_bool("ef", true);
   const long long seed = reader.get_int_in("seed", 0, 0, INT64_MAX);
   const long long start = reader.get_int_in("start", 0, 0, INT64_MAX);
+  const double min_rate = reader.get_double_in("min_rate", 0, 0, 1e6);
   std::string spec = "powersgd:ef=" + std::string(ef ? "1" : "0") +
-                     ",rank=" + std::to_string(rank) + ",seed=" + std::to_string(seed) +
-                     ",start=" + std::to_string(start);
+                     ",min_rate=" + format_number(min_rate) + ",rank=" + std::to_string(rank) +
+                     ",seed=" + std::to_string(seed) + ",start=" + std::to_string(start);
   return std::make_unique<PowerSgdCodec>(tensor, static_cast<size_t>(rank), ef,
                                          static_cast<uint64_t>(seed), static_cast<size_t>(start),
-                                         std::move(spec));
+                                         min_rate, std::move(spec));
 }
 
 }  // namespace gradwire::compress

@@ -15,9 +15,11 @@ CodecPlan make_codec_plan(const std::string& name, int powersgd_rank) {
   if (name == "none" || name == "fp16" || name == "bf16" || name == "int8") {
     return {name, name, false};
   }
+  // PowerSGD as DDP's hook runs it: matrices whose factors are at least 2 times smaller
+  // (min_compression_rate) go low rank, everything else dense in fp32, in one bucket, so
+  // that a model's small matrices and its biases cost one collective and no P and Q.
   if (name == "powersgd") {
-    const std::string spec = "powersgd:rank=" + std::to_string(powersgd_rank);
-    return {name, "conv=" + spec + ",fc=" + spec + ",other=fp16", true};
+    return {name, "powersgd:min_rate=2,rank=" + std::to_string(powersgd_rank), true};
   }
   if (name == "fit") return {name, "", false, true};
   throw ConfigError("unknown codec plan '" + name + "'; the plans are " + join(codec_plan_names()));

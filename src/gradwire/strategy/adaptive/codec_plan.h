@@ -2,8 +2,8 @@
 //
 // A plan is a whole-model layer policy (compress/policy.h) run by its own
 // AllreduceStrategy: `none` (fp32), `fp16`, `bf16`, `int8`, `powersgd` (PowerSGD of rank r
-// on convolution and fully-connected weights, fp16 for everything else, as DDP's PowerSGD
-// hook leaves small tensors to a plain allreduce), and `fit`, a choice per bucket among the
+// on the matrices its factors shrink at least 2 times, fp32 for everything else, as DDP's
+// PowerSGD hook with its min_compression_rate), and `fit`, a choice per bucket among the
 // uniform plans listed with it (fit_plan.h), which auto builds from its first trial.
 #pragma once
 
@@ -15,7 +15,7 @@ namespace gradwire::strategy {
 
 struct CodecPlan {
   std::string name;    // "fp16"
-  std::string policy;  // its layer policy: "fp16", "conv=powersgd:rank=4,fc=...,other=fp16"
+  std::string policy;  // its layer policy: "fp16", "powersgd:min_rate=2,rank=8"
   // True for plans that change what the optimizer sees beyond rounding (powersgd): they
   // need fewer bytes but may need more steps, so auto charges them a penalty and never
   // uses them in a critical regime. none, fp16, bf16 and int8 (block-wise, with error
