@@ -10,6 +10,7 @@
 
 #include "../common/forwarding_collectives.h"
 #include "gradwire/comm/local_collectives.h"
+#include "gradwire/compress/registry.h"
 #include "gradwire/comm/ordered_collectives.h"
 #include "gradwire/core/error.h"
 
@@ -285,6 +286,85 @@ TEST(AllreduceStrategyTest, ALowRankGroupIsExchangedDuringBackwardAndMatchesTheS
   const auto serial = run(false);
   EXPECT_EQ(overlapped[1], overlapped[0]);
   EXPECT_EQ(overlapped[0], serial[0]);  // bit for bit
+}
+
+// PowerSGD of 2 ranks, step by step from the codecs' faces (each rank's own codecs):
+// dense tensors (1/2 g0 + 1/2 g1), low-rank ones P = (p0 + p1) / 2, Q = (q0 + q1) / 2;
+// the same gradients and SGD steps as train_reporting_early. Rank 0's parameters.
+std::vector<std::vector<float>> powersgd_reference(const std::string& codec, int steps) {
+  const auto tensors = toy_tensors();
+  ToyModel start(tensors, /*seed=*/100);  // start() gives every rank rank 0's parameters
+  std::vector<std::vector<float>> params = start.params;
+  std::vector<std::vector<std::unique_ptr<compress::Codec>>> codecs(2);
+  std::vector<std::mt19937> rng;
+  for (int r = 0; r < 2; ++r) {
+    for (const auto& t : tensors) codecs[r].push_back(compress::create_codec(codec, t));
+    rng.emplace_back(7 * r + 1);
+  }
+  std::normal_distribution<float> normal;
+  for (int s = 0; s < steps; ++s) {
+    std::vector<std::vector<std::vector<float>>> g(2);
+    for (int r = 0; r < 2; ++r) {
+      for (const auto& t : tensors) {
+        g[r].emplace_back(t.numel());
+        for (float& v : g[r].back()) v = normal(rng[r]);
+      }
+    }
+    for (size_t k = 0; k < tensors.size(); ++k) {
+      auto* face0 = codecs[0][k]->low_rank();
+      std::vector<float> mean(tensors[k].numel());
+      if (face0 == nullptr) {
+        for (size_t i = 0; i < mean.size(); ++i) mean[i] = 0.5f * g[0][k][i] + 0.5f * g[1][k][i];
+      } else {
+        auto* face1 = codecs[1][k]->low_rank();
+        std::vector<float> p0(face0->p_size()), p1(p0.size()), q0(face0->q_size()), q1(q0.size());
+        face0->begin(g[0][k], p0);
+        face1->begin(g[1][k], p1);
+        for (size_t i = 0; i < p0.size(); ++i) p0[i] = (p0[i] + p1[i]) * 0.5f;
+        face0->middle(p0, q0);
+        face1->middle(p0, q1);
+        for (size_t i = 0; i < q0.size(); ++i) q0[i] = (q0[i] + q1[i]) * 0.5f;
+        face0->end(q0, mean);
+        face1->end(q0, g[1][k]);
+      }
+      for (size_t i = 0; i < mean.size(); ++i) params[k][i] -= 0.1f * mean[i];
+    }
+  }
+  return params;
+}
+
+TEST(AllreduceStrategyTest, ALowRankGroupsQRidesTheNextFp32BucketsAllreduce) {
+  // Rank 4 under min_rate 2: fc.weight (10 x 300) low rank, conv.weight (8 x 36: 176 floats
+  // for 288) dense. Backward finishes fc.bias, fc.weight, conv.bias, conv.weight: the group
+  // [fc.weight], then the fp32 bucket that takes its Q. Two collectives a step (P, then the
+  // bucket with Q), not three; the sums those of the serial maths.
+  const std::string codec = "powersgd:rank=4,min_rate=2";
+  const int steps = 4;
+  const auto finals = train_reporting_early(
+      {.codec = codec}, /*early=fc.weight*/ 2, steps, [](AllreduceStrategy& strategy) {
+        EXPECT_EQ(strategy.bucket_layout_summary(),
+                  "[fc.bias conv.bias conv.weight] low-rank [fc.weight] (Q in bucket 0)");
+      });
+  EXPECT_EQ(finals[1], finals[0]);
+  EXPECT_EQ(finals[0], powersgd_reference(codec, steps));  // bit for bit
+  comm::run_local_ranks(2, 10s, [&](comm::Collectives& local) {
+    RecordingCollectives c(local);
+    const auto tensors = toy_tensors();
+    ToyModel model(tensors, /*seed=*/1);
+    AllreduceStrategy strategy(c, {.codec = codec});
+    strategy.start(tensors, model.spans(model.params));
+    std::vector<float> status(3, 0.0f);
+    ASSERT_TRUE(strategy.carry_status(status));
+    for (int s = 0; s < 2; ++s) {
+      status[0] = c.rank() == 1 ? 1.0f : 0.0f;
+      status[1] = 0.0f;
+      status[2] = 1.0f;
+      const int before = c.operations.load();
+      strategy.synchronize(model.spans(model.grads));
+      EXPECT_EQ(c.operations.load() - before, 2);
+      EXPECT_EQ(status, (std::vector<float>{1.0f, 0.0f, 1.0f}));  // the OR over the ranks
+    }
+  });
 }
 
 TEST(AllreduceStrategyTest, DestructionWhileABucketIsBlockedReturnsAndPassesItsTurns) {

@@ -29,7 +29,8 @@ struct AllreduceStrategy::Bucket {
   std::optional<compress::WireType> wire;  // set: additive path
   bool int8 = false;                       // shared-scale path (int8 codec)
   bool sparse_codecs = false;              // message path, every codec sends_sparse
-  std::vector<uint8_t> wire_buffer;
+  std::vector<uint8_t> wire_buffer;  // elements, then a group's Q (q_floats), then the status
+  size_t q_floats = 0;               // the most Q floats of a group that this bucket carries
   // Shared-scale path: each tensor's first block in `maxima`, and the blocks' maxima.
   std::vector<size_t> block_offsets;
   std::vector<float> maxima;

@@ -69,6 +69,22 @@ void AllreduceStrategy::order_slots() {
     slot_tensors_.push_back(tensors.size());
     slots_.push_back(slot);
   }
+  // A group's Q goes on the allreduce of the fp32 bucket that runs next, when there is
+  // one: the same sums, one collective fewer. (Under DDP's min_compression_rate a model's
+  // last layers are mostly small dense tensors: PowerSGD's last group is then followed
+  // by the bucket that ends backward, and after backward one collective remains, not
+  // three.) The bucket then holds elements, Q, status.
+  for (LowRankGroup& group : low_rank_groups_) group.q_bucket = kNoBucket;
+  for (Bucket& bucket : buckets_) bucket.q_floats = 0;
+  for (size_t s = 0; s + 1 < slots_.size(); ++s) {
+    if (!slots_[s].low_rank || slots_[s + 1].low_rank) continue;
+    Bucket& bucket = buckets_[slots_[s + 1].index];
+    if (bucket.wire != compress::WireType::kFloat32) continue;
+    LowRankGroup& group = low_rank_groups_[slots_[s].index];
+    group.q_bucket = slots_[s + 1].index;
+    bucket.q_floats = group.q_size;
+    bucket.wire_buffer.resize((bucket.elements + bucket.q_floats) * sizeof(float));
+  }
 }
 
 size_t AllreduceStrategy::carrier_slot() const {
@@ -91,6 +107,8 @@ void AllreduceStrategy::synchronize_low_rank(const LowRankGroup& group, bool car
                                              const FloatSpans& grads) {
   const float scale = 1.0f / static_cast<float>(collectives_.size());
   const std::vector<size_t>& members = group.tensors;
+  pending_q_group_ = kNoBucket;
+  pending_q_ = 0;
   // Decided once for the step: counting a dense step may end the dense start.
   dense_now_.resize(members.size());
   dense_buffer_.clear();
@@ -156,19 +174,31 @@ void AllreduceStrategy::synchronize_low_rank(const LowRankGroup& group, bool car
       q_used += face->q_size();
     }
   }
+  if (group.q_bucket != kNoBucket) {
+    pending_q_group_ = static_cast<size_t>(&group - low_rank_groups_.data());
+    pending_q_ = q_used;
+    return;
+  }
   {
     TimelineSpan span("communicate", "communicate");
     if (span.on()) span.set_args("{\"low_rank\":\"Q\",\"floats\":" + std::to_string(q_used) + "}");
     collectives_.allreduce_sum(q_buffer_.data(), q_used, comm::DataType::kFloat32);
   }
-  for (size_t i = 0; i < q_used; ++i) q_buffer_[i] *= scale;
+  end_low_rank(group, std::span<float>(q_buffer_).first(q_used), grads);
+}
+
+void AllreduceStrategy::end_low_rank(const LowRankGroup& group, std::span<float> q_sum,
+                                     const FloatSpans& grads) {
+  const float scale = 1.0f / static_cast<float>(collectives_.size());
+  for (float& v : q_sum) v *= scale;
+  const std::vector<size_t>& members = group.tensors;
   TimelineSpan span("decode", "compute");  // M = P Q^T
   size_t q_offset = 0;
   for (size_t j = 0; j < members.size(); ++j) {
     if (dense_now_[j]) continue;
     const size_t k = members[j];
     auto* face = codecs_[k]->low_rank();
-    face->end(std::span<const float>(q_buffer_).subspan(q_offset, face->q_size()), grads[k]);
+    face->end(q_sum.subspan(q_offset, face->q_size()), grads[k]);
     q_offset += face->q_size();
     count_dense(grads[k].size_bytes());
   }

@@ -153,7 +153,12 @@ bool AllreduceStrategy::carry_status(std::span<float> status) {
 }
 
 bool AllreduceStrategy::attach_status() {
-  if (!low_rank_groups_.empty()) {
+  // The step's last slot carries them: it waits for synchronize() anyway, and no slot
+  // after it waits for the status. A bucket that cannot (sparse messages) leaves them to
+  // the last group.
+  const bool last_is_bucket = !slots_.empty() && !slots_.back().low_rank &&
+                              (buckets_.back().wire || buckets_.back().int8);
+  if (!low_rank_groups_.empty() && !last_is_bucket) {
     // The last group's P (or dense) allreduce takes them.
     p_buffer_.resize(p_buffer_.size() + status_.size());
     status_on_low_rank_ = true;
@@ -161,7 +166,7 @@ bool AllreduceStrategy::attach_status() {
   } else if (!buckets_.empty() && buckets_.back().wire) {
     Bucket& last = buckets_.back();
     const size_t element_size = compress::wire_type_size(*last.wire);
-    last.wire_buffer.resize((last.elements + status_.size()) * element_size);
+    last.wire_buffer.resize((last.elements + last.q_floats + status_.size()) * element_size);
     status_bucket_ = buckets_.size() - 1;
     status_bytes_ = status_.size() * element_size;
   } else if (!buckets_.empty() && buckets_.back().int8) {
@@ -330,9 +335,12 @@ std::optional<double> AllreduceStrategy::predicted_exchange_seconds(
   const int world = collectives_.size();
   for (const LowRankGroup& group : low_rank_groups_) {
     total += comm::ring_allreduce_seconds(link, static_cast<double>(group.p_size * sizeof(float)),
-                                          world) +
-             comm::ring_allreduce_seconds(link, static_cast<double>(group.q_size * sizeof(float)),
                                           world);
+    // A Q that rides a bucket is in that bucket's bytes.
+    if (group.q_bucket == kNoBucket) {
+      total += comm::ring_allreduce_seconds(
+          link, static_cast<double>(group.q_size * sizeof(float)), world);
+    }
   }
   return total;
 }
@@ -391,18 +399,35 @@ void AllreduceStrategy::synchronize_additive(Bucket& bucket, const FloatSpans& g
                           bucket.wire_buffer.data() + bucket.offsets[j] * element_size);
     }
   }
-  const bool carrier = status_bucket_ == static_cast<size_t>(&bucket - buckets_.data());
-  uint8_t* status_tail = bucket.wire_buffer.data() + bucket.elements * element_size;
+  const size_t b = static_cast<size_t>(&bucket - buckets_.data());
+  // The Q of the group before this bucket (order_slots), if it waits: fp32 after elements.
+  const bool q_rides =
+      pending_q_group_ != kNoBucket && low_rank_groups_[pending_q_group_].q_bucket == b;
+  const size_t q_floats = q_rides ? pending_q_ : 0;
+  float* q_tail = reinterpret_cast<float*>(bucket.wire_buffer.data()) + bucket.elements;
+  if (q_floats) std::copy_n(q_buffer_.data(), q_floats, q_tail);
+  const bool carrier = status_bucket_ == b;
+  uint8_t* status_tail = bucket.wire_buffer.data() + (bucket.elements + q_floats) * element_size;
   if (carrier) put_status(status_tail, *bucket.wire);
   {
     TimelineSpan span("communicate", "communicate");
-    span.set_args(args);
+    if (span.on() && q_rides) {
+      span.set_args(args.substr(0, args.size() - 1) + ",\"low_rank\":\"Q\",\"floats\":" +
+                    std::to_string(q_floats) + "}");
+    } else {
+      span.set_args(args);
+    }
     collectives_.allreduce_sum(
-        bucket.wire_buffer.data(), bucket.elements + (carrier ? status_.size() : 0),
+        bucket.wire_buffer.data(), bucket.elements + q_floats + (carrier ? status_.size() : 0),
         *bucket.wire == compress::WireType::kFloat16 ? comm::DataType::kFloat16
                                                      : comm::DataType::kFloat32);
   }
   if (carrier) take_status(status_tail, *bucket.wire);
+  if (q_rides) {
+    const LowRankGroup& group = low_rank_groups_[pending_q_group_];
+    pending_q_group_ = kNoBucket;
+    end_low_rank(group, std::span<float>(q_tail, q_floats), grads);
+  }
   TimelineSpan span("decode", "compute");
   span.set_args(args);
   for (size_t j = 0; j < bucket.tensors.size(); ++j) {

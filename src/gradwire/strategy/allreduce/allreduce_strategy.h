@@ -97,9 +97,9 @@ class AllreduceStrategy : public Strategy {
   bool overlaps() const override { return options_.overlap; }
   void synchronize(const FloatSpans& grads) override;
   TrafficStats traffic() const override { return traffic_; }
-  // Carried on the last low-rank group, or without one on the last bucket when it is
-  // additive or int8 (the carrier then waits for synchronize(), which its tensors end
-  // anyway: they are backward's last); not on a sparse or message bucket.
+  // Carried by the step's last slot (which then waits for synchronize(), which its tensors
+  // end anyway: they are backward's last): the last bucket when it is additive or int8,
+  // else the last low-rank group's P; not on a sparse or message bucket.
   bool carry_status(std::span<float> status) override;
   void save_state(Bytes& out) const override;
   void load_state(ByteReader& in) override;
@@ -124,7 +124,8 @@ class AllreduceStrategy : public Strategy {
   // every bucket's collectives (additive: a ring allreduce of its wire bytes; int8: an
   // allreduce of the block maxima and one of the levels; sparse: the path "auto" would
   // take for the last step's totals, or allgather of the last message) and the low-rank
-  // tensors' P and Q allreduces (PowerSGD after its dense start). nullopt while a
+  // tensors' P and Q allreduces (PowerSGD after its dense start; a Q that rides a bucket
+  // counted in the bucket's bytes). nullopt while a
   // message bucket's payload size is unknown (before its first step). Call between steps.
   std::optional<double> predicted_exchange_seconds(const comm::LinkModel& link) const;
   // The same per bucket, in bucket_layout()'s order (the low-rank groups, which are not
@@ -137,6 +138,9 @@ class AllreduceStrategy : public Strategy {
   struct LowRankGroup {
     std::vector<size_t> tensors;  // indices into tensors_, in reverse registration order
     size_t p_size = 0, q_size = 0;
+    // The fp32 bucket of the next slot, whose allreduce carries this group's Q (one
+    // collective fewer), or kNoBucket: Q has an allreduce of its own.
+    size_t q_bucket = static_cast<size_t>(-1);
   };
   // What the executor runs, in its order: bucket `index` or low-rank group `index`.
   struct Slot {
@@ -151,7 +155,8 @@ class AllreduceStrategy : public Strategy {
   // Groups low_rank_ (allreduce_low_rank.cc).
   void group_low_rank();
   // Orders the buckets and low-rank groups into slots_ and indexes them (slot_of_,
-  // slot_tensors_).
+  // slot_tensors_); puts the Q of a group followed by an fp32 bucket on that bucket's
+  // allreduce.
   void order_slots();
   // The slot released by synchronize() (the carried status's), or kNoBucket.
   size_t carrier_slot() const;
@@ -193,7 +198,11 @@ class AllreduceStrategy : public Strategy {
   void synchronize_sparse(Bucket& bucket, const FloatSpans& grads, comm::SparsePath path,
                           const std::string& args);
   void synchronize_int8(Bucket& bucket, const FloatSpans& grads);
+  // A group's exchange up to Q = M^T P; then Q's allreduce and the decode, unless Q rides
+  // the next bucket (pending_q_), whose synchronize_additive ends it.
   void synchronize_low_rank(const LowRankGroup& group, bool carrier, const FloatSpans& grads);
+  // The decode of the group whose Q sums (averaged in place) lie in `q_sum`.
+  void end_low_rank(const LowRankGroup& group, std::span<float> q_sum, const FloatSpans& grads);
   // Adds `bytes` of fp32 gradient to the step's dense figures (as one ring allreduce).
   void count_dense(size_t bytes);
   // The carried status (carry_status) in a bucket's or buffer's tail: written before its
@@ -216,6 +225,9 @@ class AllreduceStrategy : public Strategy {
   std::vector<float> p_buffer_, q_buffer_;  // a group's concatenated P and Q factors
   std::vector<float> dense_buffer_;         // those in their dense start, concatenated
   std::vector<uint8_t> dense_now_;          // per tensor of the group: dense this step
+  // This step: the group whose Q waits for its q_bucket's allreduce, and its Q's floats.
+  size_t pending_q_group_ = kNoBucket;
+  size_t pending_q_ = 0;
   std::vector<Slot> slots_;                 // the executor's order
   std::vector<size_t> slot_of_;             // per tensor: its slot
   std::vector<size_t> slot_tensors_;        // per slot: how many tensors it holds
