@@ -10,8 +10,8 @@
 
 #include "../common/forwarding_collectives.h"
 #include "gradwire/comm/local_collectives.h"
-#include "gradwire/compress/registry.h"
 #include "gradwire/comm/ordered_collectives.h"
+#include "gradwire/compress/registry.h"
 #include "gradwire/core/error.h"
 
 namespace gradwire::strategy {

@@ -29,8 +29,10 @@ struct AllreduceStrategy::Bucket {
   std::optional<compress::WireType> wire;  // set: additive path
   bool int8 = false;                       // shared-scale path (int8 codec)
   bool sparse_codecs = false;              // message path, every codec sends_sparse
-  std::vector<uint8_t> wire_buffer;  // elements, then a group's Q (q_floats), then the status
-  size_t q_floats = 0;               // the most Q floats of a group that this bucket carries
+  // Additive path: the elements, then a low-rank group's Q (at most q_floats), then the
+  // carried status.
+  std::vector<uint8_t> wire_buffer;
+  size_t q_floats = 0;
   // Shared-scale path: each tensor's first block in `maxima`, and the blocks' maxima.
   std::vector<size_t> block_offsets;
   std::vector<float> maxima;

@@ -41,7 +41,8 @@ std::string AllreduceStrategy::bucket_layout_summary() const {
       text += (i ? " " : "") + tensors_[group.tensors[i]].name;
     }
     text += "]";
-    if (group.q_bucket != kNoBucket) text += " (Q in bucket " + std::to_string(group.q_bucket) + ")";
+    if (group.q_bucket != kNoBucket)
+      text += " (Q in bucket " + std::to_string(group.q_bucket) + ")";
   }
   return layout_summary_.empty() ? text : text + "; " + layout_summary_;
 }

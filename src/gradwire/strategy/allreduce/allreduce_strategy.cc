@@ -156,8 +156,8 @@ bool AllreduceStrategy::attach_status() {
   // The step's last slot carries them: it waits for synchronize() anyway, and no slot
   // after it waits for the status. A bucket that cannot (sparse messages) leaves them to
   // the last group.
-  const bool last_is_bucket = !slots_.empty() && !slots_.back().low_rank &&
-                              (buckets_.back().wire || buckets_.back().int8);
+  const bool last_is_bucket =
+      !slots_.empty() && !slots_.back().low_rank && (buckets_.back().wire || buckets_.back().int8);
   if (!low_rank_groups_.empty() && !last_is_bucket) {
     // The last group's P (or dense) allreduce takes them.
     p_buffer_.resize(p_buffer_.size() + status_.size());
@@ -338,8 +338,8 @@ std::optional<double> AllreduceStrategy::predicted_exchange_seconds(
                                           world);
     // A Q that rides a bucket is in that bucket's bytes.
     if (group.q_bucket == kNoBucket) {
-      total += comm::ring_allreduce_seconds(
-          link, static_cast<double>(group.q_size * sizeof(float)), world);
+      total += comm::ring_allreduce_seconds(link, static_cast<double>(group.q_size * sizeof(float)),
+                                            world);
     }
   }
   return total;
@@ -412,8 +412,8 @@ void AllreduceStrategy::synchronize_additive(Bucket& bucket, const FloatSpans& g
   {
     TimelineSpan span("communicate", "communicate");
     if (span.on() && q_rides) {
-      span.set_args(args.substr(0, args.size() - 1) + ",\"low_rank\":\"Q\",\"floats\":" +
-                    std::to_string(q_floats) + "}");
+      span.set_args(args.substr(0, args.size() - 1) +
+                    ",\"low_rank\":\"Q\",\"floats\":" + std::to_string(q_floats) + "}");
     } else {
       span.set_args(args);
     }

@@ -228,9 +228,9 @@ class AllreduceStrategy : public Strategy {
   // This step: the group whose Q waits for its q_bucket's allreduce, and its Q's floats.
   size_t pending_q_group_ = kNoBucket;
   size_t pending_q_ = 0;
-  std::vector<Slot> slots_;                 // the executor's order
-  std::vector<size_t> slot_of_;             // per tensor: its slot
-  std::vector<size_t> slot_tensors_;        // per slot: how many tensors it holds
+  std::vector<Slot> slots_;           // the executor's order
+  std::vector<size_t> slot_of_;       // per tensor: its slot
+  std::vector<size_t> slot_tensors_;  // per slot: how many tensors it holds
   TrafficStats traffic_;
   bool started_ = false;
   // carry_status(): the caller's words, and the bucket that carries them (kNoBucket: none,
