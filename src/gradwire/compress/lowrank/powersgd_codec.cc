@@ -83,25 +83,20 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
                 double min_rate, std::string spec)
       : spec_(std::move(spec)), ef_(ef), start_(start) {
     const size_t numel = tensor.numel();
-    if (tensor.shape.size() >= 2 && numel > 0) {
-      const size_t rows = static_cast<size_t>(tensor.shape[0]);
-      const size_t cols = numel / rows;
-      const size_t r = std::min({rank, rows, cols});
-      matrix_ = static_cast<double>((rows + cols) * r) * min_rate < static_cast<double>(numel);
-      if (matrix_) {
-        rows_ = rows;
-        cols_ = cols;
-        rank_ = r;
-      }
-    }
-    if (!matrix_) {
-      rows_ = numel;
-      cols_ = 1;
-    }
-    if (matrix_) {
-      qt_.resize(rank_ * cols_);
-      fill_normal(qt_, seed ^ name_hash(tensor.name));
-    }
+    // A vector, or a matrix below min_rate: numel x 1, sent as it is.
+    rows_ = numel;
+    cols_ = 1;
+    if (tensor.shape.size() < 2 || numel == 0) return;
+    const size_t rows = static_cast<size_t>(tensor.shape[0]);
+    const size_t cols = numel / rows;
+    const size_t r = std::min({rank, rows, cols});
+    if (static_cast<double>((rows + cols) * r) * min_rate >= static_cast<double>(numel)) return;
+    matrix_ = true;
+    rows_ = rows;
+    cols_ = cols;
+    rank_ = r;
+    qt_.resize(rank_ * cols_);
+    fill_normal(qt_, seed ^ name_hash(tensor.name));
   }
 
   CodecId id() const override { return CodecId::kPowerSgd; }
