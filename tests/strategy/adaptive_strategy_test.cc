@@ -314,8 +314,7 @@ std::vector<RankRun> run_ranks(int world, const RunSettings& settings,
       param_spans.emplace_back(params[t]);
       grad_spans.emplace_back(grads[t]);
     }
-    auto strategy = create_strategy(
-        *c, {.name = "allreduce", .allreduce = {.codec = settings.codec, .link = settings.link}});
+    auto strategy = create_allreduce_strategy(*c, {.codec = settings.codec, .link = settings.link});
     auto* adaptive = dynamic_cast<AdaptiveStrategy*>(strategy.get());
     ASSERT_NE(adaptive, nullptr);
     strategy->start(tensors, param_spans);
@@ -615,14 +614,12 @@ TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
       s.gradient_ready(0, grad_spans[0]);
       s.synchronize(grad_spans);
     };
-    auto first =
-        create_strategy(c, {.name = "allreduce", .allreduce = {.codec = codec, .link = link}});
+    auto first = create_allreduce_strategy(c, {.codec = codec, .link = link});
     first->start(tensors, param_spans);
     for (int i = 0; i < 8; ++i) step(*first);
     Bytes state;
     first->save_state(state);
-    auto second =
-        create_strategy(c, {.name = "allreduce", .allreduce = {.codec = codec, .link = link}});
+    auto second = create_allreduce_strategy(c, {.codec = codec, .link = link});
     second->start(tensors, param_spans);
     // A state of the format before (ADP3) is refused, naming it, and changes nothing.
     Bytes older = state;

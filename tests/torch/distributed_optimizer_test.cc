@@ -135,6 +135,23 @@ TEST(DistributedOptimizerTest, ParameterServerStrategyNeedsServersAndSgd) {
   });
 }
 
+TEST(DistributedOptimizerTest, AnUnknownStrategyIsRefusedNamingTheStrategiesThereAre) {
+  testing::run_gloo_ranks(1, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
+    auto context = context_for(rank, 1, c);
+    auto net = Problem().fresh_net();
+    try {
+      DistributedOptimizer opt(context, torch::optim::SGD(net->parameters(), 0.1), *net,
+                               {.strategy = "ring"});
+      FAIL() << "expected ConfigError";
+    } catch (const ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("unknown strategy 'ring'; available: allreduce, ps, "
+                                           "gossip"),
+                std::string::npos)
+          << e.what();
+    }
+  });
+}
+
 class CodecOverGlooTest : public ::testing::TestWithParam<std::tuple<std::string, int>> {};
 
 TEST_P(CodecOverGlooTest, EveryRankEndsWithIdenticalParameters) {

@@ -1,5 +1,7 @@
 #include "gradwire/strategy/registry.h"
 
+#include <algorithm>
+
 #include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
@@ -22,28 +24,20 @@ std::string canonical_codec(const std::string& codec) {
                                   : compress::CodecPolicy::parse(codec).canonical();
 }
 
-std::unique_ptr<Strategy> create_strategy(comm::Collectives& collectives,
-                                          const StrategyOptions& options) {
-  if (options.name == "allreduce") {
-    const AllreduceOptions& allreduce = options.allreduce;
-    if (AdaptiveOptions::matches(allreduce.codec)) {
-      return std::make_unique<AdaptiveStrategy>(collectives,
-                                                AdaptiveOptions::parse(allreduce.codec), allreduce);
-    }
-    return std::make_unique<AllreduceStrategy>(collectives, allreduce);
+std::unique_ptr<Strategy> create_allreduce_strategy(comm::Collectives& collectives,
+                                                    const AllreduceOptions& options) {
+  if (AdaptiveOptions::matches(options.codec)) {
+    return std::make_unique<AdaptiveStrategy>(collectives, AdaptiveOptions::parse(options.codec),
+                                              options);
   }
-  if (options.name == "gossip") {
-    throw ConfigError(
-        "strategy 'gossip' talks to peers over messages: DistributedOptimizer creates it "
-        "(DistributedOptions{.strategy = \"gossip\"})");
+  return std::make_unique<AllreduceStrategy>(collectives, options);
+}
+
+void check_strategy_name(const std::string& name) {
+  const auto names = strategy_names();
+  if (std::find(names.begin(), names.end(), name) == names.end()) {
+    throw ConfigError("unknown strategy '" + name + "'; available: " + join(names));
   }
-  if (options.name == "ps") {
-    throw ConfigError(
-        "strategy 'ps' talks to parameter servers, not collectives: DistributedOptimizer "
-        "creates it from the job's servers (gradwire::init() in a job with servers)");
-  }
-  throw ConfigError("unknown strategy '" + options.name +
-                    "'; available: " + join(strategy_names()));
 }
 
 }  // namespace gradwire::strategy

@@ -1,4 +1,5 @@
-// Strategy registry: a strategy name and its options -> a Strategy over some Collectives.
+// Strategy registry: the strategies' names, the allreduce strategy for a codec, and what
+// the codec names mean to the strategies (defaults, adaptive or fixed, canonical spelling).
 #pragma once
 
 #include <memory>
@@ -11,16 +12,15 @@
 
 namespace gradwire::strategy {
 
-struct StrategyOptions {
-  std::string name = "allreduce";
-  // Its codec is a layer policy, or an adaptive codec (auto, accordion: their plans take
-  // the rest of these options).
-  AllreduceOptions allreduce;
-};
+// The allreduce strategy for `options.codec`: an AdaptiveStrategy for an adaptive codec
+// (auto, accordion: their plans take the rest of the options), else an AllreduceStrategy
+// running the codec or layer policy. Strategies "ps" and "gossip" talk to servers and
+// peers over messages, not collectives: DistributedOptimizer creates them.
+std::unique_ptr<Strategy> create_allreduce_strategy(comm::Collectives& collectives,
+                                                    const AllreduceOptions& options);
 
-// Throws ConfigError for an unknown name, listing the available strategies.
-std::unique_ptr<Strategy> create_strategy(comm::Collectives& collectives,
-                                          const StrategyOptions& options);
+// Throws ConfigError for a name that is none of strategy_names(), listing them.
+void check_strategy_name(const std::string& name);
 
 std::vector<std::string> strategy_names();
 

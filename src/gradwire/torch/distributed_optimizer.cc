@@ -58,6 +58,7 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
         "context->is_server() after gradwire::init() and returns");
   }
   if (!optimizer) throw ConfigError("DistributedOptimizer needs an optimizer");
+  strategy::check_strategy_name(options.strategy);
   if (!(options.link_bits_per_s > 0) || !(options.link_latency_s >= 0)) {
     throw ConfigError("the link needs a positive bandwidth and a latency of 0 or more");
   }
@@ -125,18 +126,15 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
   } else if (options.strategy == "gossip") {
     m.strategy = make_gossip_strategy(m.context, codec, options.gossip);
   } else {
-    strategy::StrategyOptions strategy_options;
-    strategy_options.name = options.strategy;
-    strategy::AllreduceOptions& allreduce = strategy_options.allreduce;
-    allreduce.codec = codec;
-    allreduce.bucket_bytes = options.bucket_bytes;
-    allreduce.first_bucket_bytes = options.first_bucket_bytes;
-    allreduce.overlap = options.overlap;
-    allreduce.sparse_aggregation = options.sparse_aggregation;
-    allreduce.link =
-        comm::LinkModel::from_bandwidth(options.link_latency_s, options.link_bits_per_s);
-    if (!options.measured_buckets) allreduce.layout_steps = 0;
-    m.strategy = strategy::create_strategy(m.context->collectives(), strategy_options);
+    strategy::AllreduceOptions planned;
+    planned.codec = codec;
+    planned.bucket_bytes = options.bucket_bytes;
+    planned.first_bucket_bytes = options.first_bucket_bytes;
+    planned.overlap = options.overlap;
+    planned.sparse_aggregation = options.sparse_aggregation;
+    planned.link = comm::LinkModel::from_bandwidth(options.link_latency_s, options.link_bits_per_s);
+    if (!options.measured_buckets) planned.layout_steps = 0;
+    m.strategy = strategy::create_allreduce_strategy(m.context->collectives(), planned);
   }
   {
     torch::NoGradGuard no_grad;
