@@ -108,11 +108,19 @@ TEST(CliTest, GossipTrainsAndEndsWithOneModel) {
   std::filesystem::remove(metrics);
 }
 
+// The shipped tool has no test-only switch: fault injection is the tests' build's alone.
+TEST(CliTest, TheShippedToolRefusesTheFaultInjectionSwitch) {
+  const auto r = run(std::string(GRADWIRE_CLI) + " train --workers 2 --test-worker-exit 1:3", 60);
+  EXPECT_NE(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("--test-worker-exit"), std::string::npos) << r.output;
+  EXPECT_EQ(r.output.find("exiting abruptly"), std::string::npos) << r.output;
+}
+
 // A worker that dies is presumed lost after the peer timeout; the others finish with one
 // model, and the job names the lost worker.
 TEST(CliTest, GossipGoesOnWhenAWorkerDies) {
   const std::string metrics = temp_path("gossip_lost.jsonl");
-  const auto r = run(std::string(GRADWIRE_CLI) +
+  const auto r = run(std::string(GRADWIRE_FAULT_CLI) +
                          " train --workers 3 --strategy gossip --gossip-trigger every"
                          " --test-worker-exit 2:3 --peer-timeout 2 --epochs 1 --train-limit 1536"
                          " --test-limit 200 --progress none --metrics " +

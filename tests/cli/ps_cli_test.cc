@@ -73,7 +73,7 @@ TEST(PsCliTest, AspWithASlowWorkerRecordsStaleness) {
 TEST(PsCliTest, AsynchronousJobGoesOnWhenAWorkerDies) {
   const std::string metrics = temp_path("lost.jsonl");
   const auto r = run(
-      std::string(GRADWIRE_CLI) + kSmallJob +
+      std::string(GRADWIRE_FAULT_CLI) + kSmallJob +
           " --test-worker-exit 2:5 --servers 1 --workers 3 --consistency ssp:1 --worker-timeout 2"
           " --momentum 0.5 --metrics " +
           metrics,
@@ -91,15 +91,15 @@ TEST(PsCliTest, AsynchronousJobGoesOnWhenAWorkerDies) {
 }
 
 TEST(PsCliTest, BspFailsNamingTheWorkerThatDied) {
-  const auto r =
-      run(std::string(GRADWIRE_CLI) + kSmallJob + " --test-worker-exit 1:3 --servers 1 --workers 2",
-          300);
+  const auto r = run(std::string(GRADWIRE_FAULT_CLI) + kSmallJob +
+                         " --test-worker-exit 1:3 --servers 1 --workers 2",
+                     300);
   EXPECT_NE(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("rank 1 exited with status 9"), std::string::npos) << r.output;
 }
 
 TEST(PsCliTest, BspWithContinueGoesOnWithoutALostWorker) {
-  const auto r = run(std::string(GRADWIRE_CLI) + kSmallJob +
+  const auto r = run(std::string(GRADWIRE_FAULT_CLI) + kSmallJob +
                          " --test-worker-exit 1:3 --servers 1 --workers 3 --on-worker-loss "
                          "continue --worker-timeout 2",
                      300);

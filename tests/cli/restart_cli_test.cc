@@ -1,9 +1,10 @@
 // Checkpoints and restarts of allreduce jobs, as a user runs them: `gradwire train
 // --checkpoint-dir D --checkpoint-every N --max-restarts R`. A worker killed mid-run
-// (--test-worker-exit, first attempt only) makes the launcher restart every rank; the job
-// resumes from its last checkpoint and ends with exactly the parameters of a run that was
-// never interrupted (the computation is deterministic: one thread per worker, the same
-// shards, the codec's residuals and momentum restored). Bad checkpoints are clear errors.
+// (--test-worker-exit of the tests' build, first attempt only) makes the launcher restart
+// every rank; the job resumes from its last checkpoint and ends with exactly the
+// parameters of a run of the shipped tool that was never interrupted (the computation is
+// deterministic: one thread per worker, the same shards, the codec's residuals and
+// momentum restored). Bad checkpoints are clear errors.
 #include <gtest/gtest.h>
 
 #include <filesystem>
@@ -24,13 +25,13 @@ std::string temp_path(const std::string& name) {
   return gradwire::testing::temp_path("gradwire_restart_test_", name);
 }
 
-
 // 2 workers, 2 epochs of 512 samples, batch 32: 8 steps per epoch per worker, 16 in all.
 // topk keeps error-feedback residuals and the momentum moved into the codec: state that a
 // resume must restore for the parameters to come out the same.
-const std::string kJob = std::string(GRADWIRE_CLI) +
-                         " train --workers 2 --epochs 2 --train-limit 512 --test-limit 500"
-                         " --batch-size 32 --compressor topk:density=0.01 --progress lines";
+const std::string kJobArgs =
+    " train --workers 2 --epochs 2 --train-limit 512 --test-limit 500"
+    " --batch-size 32 --compressor topk:density=0.01 --progress lines";
+const std::string kJob = std::string(GRADWIRE_CLI) + kJobArgs;
 
 TEST(RestartCliTest, AKilledWorkerCostsOnlyTheStepsSinceTheCheckpoint) {
   const std::string dir = temp_path("ckpt");
@@ -43,10 +44,12 @@ TEST(RestartCliTest, AKilledWorkerCostsOnlyTheStepsSinceTheCheckpoint) {
 
   // Checkpoints after steps 3, 6, 9, 12, 15; worker 1 dies before step 10; the job
   // resumes at step 9 (epoch 2, its first step done).
-  const auto restarted = run_command(kJob + " --checkpoint-dir " + dir +
-                                         " --checkpoint-every 3 --max-restarts 1"
-                                         " --test-worker-exit 1:10 --metrics " + metrics,
-                                     300);
+  const auto restarted =
+      run_command(std::string(GRADWIRE_FAULT_CLI) + kJobArgs + " --checkpoint-dir " + dir +
+                      " --checkpoint-every 3 --max-restarts 1"
+                      " --test-worker-exit 1:10 --metrics " +
+                      metrics,
+                  300);
   ASSERT_EQ(restarted.status, 0) << restarted.output;
   EXPECT_NE(restarted.output.find("exiting abruptly at step 10"), std::string::npos)
       << restarted.output;
@@ -85,7 +88,8 @@ TEST(RestartCliTest, AKilledWorkerCostsOnlyTheStepsSinceTheCheckpoint) {
   const auto other = run_command(std::string(GRADWIRE_CLI) +
                                      " train --workers 2 --epochs 2 --train-limit 512 "
                                      "--batch-size 32 --compressor none --progress none "
-                                     "--checkpoint-dir " + dir,
+                                     "--checkpoint-dir " +
+                                     dir,
                                  300);
   EXPECT_NE(other.status, 0) << other.output;
   EXPECT_NE(other.output.find("was saved with codec topk"), std::string::npos) << other.output;
@@ -113,9 +117,9 @@ TEST(RestartCliTest, AKilledWorkerCostsOnlyTheStepsSinceTheCheckpoint) {
 TEST(RestartCliTest, ACheckpointThatCannotBeWrittenIsReportedAndTrainingGoesOn) {
   const std::string dir = temp_path("full");
   std::filesystem::remove_all(dir);
-  const auto r = run_command("sh -c 'ulimit -f 64; exec " + kJob + " --checkpoint-dir " + dir +
-                                 " --checkpoint-every 4'",
-                             300);
+  const auto r = run_command(
+      "sh -c 'ulimit -f 64; exec " + kJob + " --checkpoint-dir " + dir + " --checkpoint-every 4'",
+      300);
   EXPECT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("warning: rank 0 could not write the checkpoint"), std::string::npos)
       << r.output;
@@ -133,12 +137,14 @@ TEST(RestartCliTest, AParameterServerJobResumesFromTheServersCheckpoint) {
   const std::string dir = temp_path("ps");
   std::filesystem::remove_all(dir);
   const std::string metrics = temp_path("ps.jsonl");
-  const auto r = run_command(std::string(GRADWIRE_CLI) +
+  const auto r = run_command(std::string(GRADWIRE_FAULT_CLI) +
                                  " train --strategy ps --servers 1 --workers 2 --epochs 1"
                                  " --train-limit 1024 --test-limit 500 --batch-size 32"
-                                 " --progress lines --checkpoint-dir " + dir +
+                                 " --progress lines --checkpoint-dir " +
+                                 dir +
                                  " --checkpoint-every 8 --max-restarts 1 --test-worker-exit 1:12"
-                                 " --worker-timeout 5 --metrics " + metrics,
+                                 " --worker-timeout 5 --metrics " +
+                                 metrics,
                              300);
   ASSERT_EQ(r.status, 0) << r.output;
   EXPECT_NE(r.output.find("exiting abruptly at step 12"), std::string::npos) << r.output;

@@ -2,6 +2,10 @@
 // --workers copies of itself with --worker (through launch::run_processes); with --worker
 // it is one rank and reads its place in the job from torchrun's variables, so
 // `gradwire run -n 4 -- gradwire train --worker ...` and torchrun launches work too.
+//
+// Built with GRADWIRE_FAULT_INJECTION (the tests' build, gradwire_fault_cli, never
+// installed) it also takes --test-worker-exit R:S: worker R exits abruptly (status 9, no
+// goodbye) before its step S in the job's first attempt, to lose a worker for real.
 #include <unistd.h>
 
 #include <cstdio>
@@ -33,7 +37,31 @@ struct TrainArgs {
   bool worker = false;
   bool momentum_given = false;  // --momentum on the command line
   std::string progress = "auto";
+#ifdef GRADWIRE_FAULT_INJECTION
+  std::string test_worker_exit;  // "R:S"
+#endif
 };
+
+#ifdef GRADWIRE_FAULT_INJECTION
+// Makes this worker exit before step S when --test-worker-exit names it, in the first
+// attempt only (a restarted job gets past it).
+void schedule_exit(TrainArgs& a, int rank) {
+  if (a.test_worker_exit.empty() || a.options.restart_count != 0) return;
+  int exiting = 0;
+  unsigned long long step = 0;
+  if (std::sscanf(a.test_worker_exit.c_str(), "%d:%llu", &exiting, &step) != 2) {
+    throw ConfigError("--test-worker-exit " + a.test_worker_exit + " is not RANK:STEP");
+  }
+  if (exiting != rank) return;
+  a.options.before_step = [rank, step](uint64_t now) {
+    if (now != step) return;
+    std::fprintf(stderr, "worker %d: exiting abruptly at step %llu (--test-worker-exit)\n", rank,
+                 step);
+    std::fflush(stderr);
+    std::_Exit(9);
+  };
+}
+#endif
 
 std::string self_executable() {
   char path[4096];
@@ -110,9 +138,11 @@ std::vector<std::string> worker_command(const TrainArgs& a) {
   if (!o.metrics_path.empty()) cmd.insert(cmd.end(), {"--metrics", o.metrics_path});
   if (!o.timeline_path.empty()) cmd.insert(cmd.end(), {"--timeline", o.timeline_path});
   if (!o.worker_speed.empty()) cmd.insert(cmd.end(), {"--worker-speed", o.worker_speed});
-  if (!o.test_worker_exit.empty()) {
-    cmd.insert(cmd.end(), {"--test-worker-exit", o.test_worker_exit});
+#ifdef GRADWIRE_FAULT_INJECTION
+  if (!a.test_worker_exit.empty()) {
+    cmd.insert(cmd.end(), {"--test-worker-exit", a.test_worker_exit});
   }
+#endif
   if (!o.exchange.ps.checkpoint_dir.empty()) {
     cmd.insert(cmd.end(), {"--checkpoint-dir", o.exchange.ps.checkpoint_dir});
   }
@@ -127,6 +157,9 @@ int run_worker(TrainArgs& a) {
   }
   auto context = gradwire::init();
   if (context->is_server()) return 0;  // a parameter server whose job is over
+#ifdef GRADWIRE_FAULT_INJECTION
+  schedule_exit(a, context->rank());
+#endif
   if (a.progress == "tty") {
     a.options.progress = train::ProgressStyle::kTerminal;
   } else if (a.progress == "none") {
@@ -213,9 +246,10 @@ void add_train_command(CLI::App& app, int& exit_code) {
       ->capture_default_str();
   cmd->add_option("--worker-speed", o.worker_speed,
                   "Worker speeds to make staleness real: 1,1,1,0.25 or random:SEED");
-  cmd->add_option("--test-worker-exit", o.test_worker_exit,
-                  "Tests only: R:S makes worker R exit abruptly before its step S")
-      ->group("");  // hidden from --help
+#ifdef GRADWIRE_FAULT_INJECTION
+  cmd->add_option("--test-worker-exit", args->test_worker_exit,
+                  "Fault injection: R:S makes worker R exit abruptly before its step S");
+#endif
   cmd->add_option("--on-worker-loss", args->on_worker_loss,
                   "BSP: fail, or continue without a lost worker (SSP/ASP always continue)")
       ->capture_default_str()

@@ -23,6 +23,7 @@
 #include "gradwire/distributed_optimizer.h"
 #include "gradwire/distributed_sampler.h"
 #include "gradwire/train/job_output.h"
+#include "gradwire/train/job_start.h"
 #include "gradwire/train/trainer.h"
 
 namespace gradwire::train {
@@ -82,24 +83,12 @@ void add_gossip_fields(nlohmann::json& line, const GossipSummary& s, int workers
 
 TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Context> context_ptr) {
   Context& context = *context_ptr;
-  const auto exit_at =
-      options.restart_count == 0 ? scheduled_exit(options.test_worker_exit) : std::nullopt;
-  const std::string dir = options.data_dir.empty() ? kFashionMnistDir : options.data_dir;
-  const Dataset train_set = load_fashion_mnist(dir, /*train=*/true, options.train_limit);
   const bool chief = context.is_root();
-  const Dataset test_set =
-      chief ? load_fashion_mnist(dir, /*train=*/false, options.test_limit) : Dataset{};
-
-  torch::manual_seed(options.seed);
-  auto model = make_model(options.model);
-  const DistributedOptions& dist_options = options.exchange;
-  DistributedOptimizer optimizer(
-      context_ptr,
-      torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(options.lr)
-                                                 .momentum(options.momentum)
-                                                 .weight_decay(options.weight_decay)),
-      *model, dist_options);
-  const std::string initial_checksum = parameter_crc32(*model);
+  Job job = start_job(options, context_ptr);
+  const Dataset& train_set = job.train_set;
+  const Dataset& test_set = job.test_set;
+  const std::shared_ptr<Classifier>& model = job.model;
+  DistributedOptimizer& optimizer = *job.optimizer;
   if (chief) {
     std::printf(
         "%d workers, gossip (topology %s, trigger %s, merge %s), model %s, codec %s, %zu "
@@ -117,7 +106,7 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
   }
 
   DistributedSampler sampler(train_set.size(), context.rank(), context.world_size(), options.seed);
-  const size_t steps = (sampler.indices().size() + options.batch_size - 1) / options.batch_size;
+  const size_t steps = steps_per_epoch(sampler, options.batch_size);
   const ProgressStyle progress = chief ? options.progress : ProgressStyle::kNone;
   const size_t progress_every = options.progress == ProgressStyle::kTerminal
                                     ? std::max<size_t>(1, steps / 100)
@@ -155,25 +144,17 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
     loss_sum = 0;
     samples = 0;
     for (size_t step = 0; step < steps; ++step) {
-      if (exit_at && exit_at->first == context.rank() && exit_at->second == global_step) {
-        std::fprintf(stderr, "worker %d: exiting abruptly at step %zu (--test-worker-exit)\n",
-                     context.rank(), global_step);
-        std::fflush(stderr);
-        std::_Exit(9);
-      }
-      const auto& all = sampler.indices();
-      const size_t begin = step * options.batch_size;
-      const size_t end = std::min(all.size(), begin + options.batch_size);
+      if (options.before_step) options.before_step(global_step);
+      const auto batch = batch_of(sampler, step, options.batch_size);
       optimizer.zero_grad();
-      const auto loss = forward_backward(*model, train_set,
-                                         std::span<const size_t>(all.data() + begin, end - begin));
+      const auto loss = forward_backward(*model, train_set, batch);
       {
         TimelineSpan span("step", "step");
         optimizer.step();
       }
       ++global_step;
-      loss_sum += loss.item<double>() * static_cast<double>(end - begin);
-      samples += end - begin;
+      loss_sum += loss.item<double>() * static_cast<double>(batch.size());
+      samples += batch.size();
       if ((step + 1) % progress_every == 0 || step + 1 == steps) {
         print_progress(progress, epoch, options.epochs, step + 1, steps, loss_sum / samples,
                        samples * context.world_size() / seconds_since(epoch_start));
@@ -238,14 +219,9 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
   add_gossip_fields(last, summary, context.world_size());
   keep(*final_report, options.epochs, last);
   // Evaluates the kept averages (the last one is the model every worker now holds).
-  const auto load = [&](const std::vector<torch::Tensor>& values) {
-    torch::NoGradGuard no_grad;
-    auto parameters = model->parameters();
-    for (size_t i = 0; i < parameters.size(); ++i) parameters[i].copy_(values[i]);
-  };
   double epoch_s_start = 0;
   for (auto& s : snapshots) {
-    load(s.average);
+    load_parameters(*model, s.average);
     const double accuracy = evaluate(*model, test_set, idle_machine_threads());
     s.eval["test_accuracy"] = accuracy;
     metrics.write(s.eval);
@@ -299,7 +275,7 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
   out["codec"] = optimizer.codec_spec();
   out["model"] = options.model;
   out["batch_size"] = options.batch_size;
-  out["initial_checksum"] = initial_checksum;
+  out["initial_checksum"] = job.initial_checksum;
   out["param_checksums"] = checksums;
   metrics.write(out);
   std::printf(

@@ -123,14 +123,4 @@ void print_progress(ProgressStyle style, int epoch, int epochs, size_t step, siz
   std::fflush(stdout);
 }
 
-std::optional<std::pair<int, uint64_t>> scheduled_exit(const std::string& text) {
-  if (text.empty()) return std::nullopt;
-  int rank = 0;
-  unsigned long long step = 0;
-  if (std::sscanf(text.c_str(), "%d:%llu", &rank, &step) != 2) {
-    throw ConfigError("--test-worker-exit " + text + " is not RANK:STEP");
-  }
-  return std::make_pair(rank, static_cast<uint64_t>(step));
-}
-
 }  // namespace gradwire::train

@@ -7,10 +7,8 @@
 #include <chrono>
 #include <fstream>
 #include <nlohmann/json.hpp>
-#include <optional>
 #include <span>
 #include <string>
-#include <utility>
 
 #include "gradwire/fashion_mnist.h"
 #include "gradwire/train/models.h"
@@ -70,10 +68,6 @@ class MetricsFile {
   std::string path_;
   std::ofstream out_;
 };
-
-// TrainOptions::test_worker_exit ("RANK:STEP"), parsed: (worker, step), or nothing for "".
-// Throws ConfigError when malformed.
-std::optional<std::pair<int, uint64_t>> scheduled_exit(const std::string& text);
 
 void print_progress(ProgressStyle style, int epoch, int epochs, size_t step, size_t steps,
                     double loss, double samples_per_s);

@@ -23,6 +23,7 @@
 #include "gradwire/distributed_optimizer.h"
 #include "gradwire/distributed_sampler.h"
 #include "gradwire/train/job_output.h"
+#include "gradwire/train/job_start.h"
 
 namespace gradwire::train {
 namespace {
@@ -81,27 +82,14 @@ double worker_speed(const std::string& spec, int rank, int workers) {
 TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context> context_ptr) {
   Context& context = *context_ptr;
   const double speed = worker_speed(options.worker_speed, context.rank(), context.world_size());
-  const auto exit_at =
-      options.restart_count == 0 ? scheduled_exit(options.test_worker_exit) : std::nullopt;
-  const std::string dir = options.data_dir.empty() ? kFashionMnistDir : options.data_dir;
-  const Dataset train_set = load_fashion_mnist(dir, /*train=*/true, options.train_limit);
-  const Dataset test_set =
-      context.is_root() ? load_fashion_mnist(dir, /*train=*/false, options.test_limit) : Dataset{};
+  Job job = start_job(options, context_ptr);
+  const Dataset& train_set = job.train_set;
   const uint64_t epoch_samples = train_set.size();
-
-  torch::manual_seed(options.seed);
-  auto model = make_model(options.model);
-  DistributedOptions dist_options = options.exchange;
-  dist_options.ps.sample_budget = epoch_samples * static_cast<uint64_t>(options.epochs);
-  DistributedOptimizer optimizer(
-      context_ptr,
-      torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(options.lr)
-                                                 .momentum(options.momentum)
-                                                 .weight_decay(options.weight_decay)),
-      *model, dist_options);
+  const Dataset& test_set = job.test_set;
+  const std::shared_ptr<Classifier>& model = job.model;
+  DistributedOptimizer& optimizer = *job.optimizer;
 
   const bool chief = context.is_root();
-  const std::string initial_checksum = parameter_crc32(*model);
   JobProgress progress = optimizer.job_progress().value_or(JobProgress{});
   if (chief) {
     std::printf(
@@ -158,19 +146,14 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
                                 (static_cast<uint64_t>(options.batch_size) * context.world_size())},
                    {"samples", progress.samples},
                    {"train_s", seconds_since(job_start)}};
-    for (const auto& p : model->parameters()) taken.parameters.push_back(p.detach().clone());
+    taken.parameters = copy_parameters(*model);
     taken.epoch_line = std::move(epoch_line);
     taken.epoch_s = epoch_s;
     snapshots.push_back(std::move(taken));
   };
 
   while (!progress.done) {
-    if (exit_at && exit_at->first == context.rank() && exit_at->second == steps) {
-      std::fprintf(stderr, "worker %d: exiting abruptly at step %llu (--test-worker-exit)\n",
-                   context.rank(), static_cast<unsigned long long>(steps));
-      std::fflush(stderr);
-      std::_Exit(9);
-    }
+    if (options.before_step) options.before_step(steps);
     const auto& all = sampler.indices();
     if (position >= all.size()) {
       sampler.set_epoch(++local_pass);
@@ -253,15 +236,9 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   // The chief now holds the servers' final model.
   result.test_accuracy = evaluate(*model, test_set, idle_machine_threads());
   if (!snapshots.empty()) {
-    std::vector<torch::Tensor> final_parameters;
-    for (const auto& p : model->parameters()) final_parameters.push_back(p.detach().clone());
-    const auto load = [&](const std::vector<torch::Tensor>& values) {
-      torch::NoGradGuard no_grad;
-      auto parameters = model->parameters();
-      for (size_t i = 0; i < parameters.size(); ++i) parameters[i].copy_(values[i]);
-    };
+    const std::vector<torch::Tensor> final_parameters = copy_parameters(*model);
     for (auto& taken : snapshots) {
-      load(taken.parameters);
+      load_parameters(*model, taken.parameters);
       const double accuracy = evaluate(*model, test_set, idle_machine_threads());
       taken.event["test_accuracy"] = accuracy;
       metrics.write(taken.event);
@@ -271,7 +248,7 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
         last = *taken.epoch_line;
       }
     }
-    load(final_parameters);
+    load_parameters(*model, final_parameters);
   }
   const JobProgress& p = summary->progress;
   result.bytes_contributed = result.bytes_on_wire = p.bytes_sent;
@@ -307,7 +284,7 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   out["codec"] = optimizer.codec_spec();
   out["model"] = options.model;
   out["batch_size"] = options.batch_size;
-  out["initial_checksum"] = initial_checksum;
+  out["initial_checksum"] = job.initial_checksum;
   out["version"] = summary->version;
   out["staleness"] = {{"count", summary->staleness_count},
                       {"mean", summary->staleness_mean},

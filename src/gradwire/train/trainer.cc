@@ -17,6 +17,7 @@
 #include "gradwire/fashion_mnist.h"
 #include "gradwire/strategy/registry.h"
 #include "gradwire/train/job_output.h"
+#include "gradwire/train/job_start.h"
 #include "gradwire/train/models.h"
 
 namespace gradwire::train {
@@ -126,19 +127,10 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
         "--worker-speed applies to --strategy ps (allreduce runs at the slowest "
         "worker's speed by construction)");
   }
-  const std::string dir = options.data_dir.empty() ? kFashionMnistDir : options.data_dir;
-  const Dataset train_set = load_fashion_mnist(dir, /*train=*/true, options.train_limit);
-  const Dataset test_set =
-      context.is_root() ? load_fashion_mnist(dir, /*train=*/false, options.test_limit) : Dataset{};
-
-  torch::manual_seed(options.seed);
-  auto model = make_model(options.model);
-  DistributedOptimizer optimizer(
-      context_ptr,
-      torch::optim::SGD(model->parameters(), torch::optim::SGDOptions(options.lr)
-                                                 .momentum(options.momentum)
-                                                 .weight_decay(options.weight_decay)),
-      *model, options.exchange);
+  Job job = start_job(options, context_ptr);
+  const Dataset& train_set = job.train_set;
+  Classifier& model = *job.model;
+  DistributedOptimizer& optimizer = *job.optimizer;
 
   if (context.is_root()) {
     std::printf("%d workers, model %s, codec %s, %zu training samples, batch %d per worker\n",
@@ -148,14 +140,11 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   }
 
   DistributedSampler sampler(train_set.size(), context.rank(), context.world_size(), options.seed);
-  const size_t steps = (sampler.indices().size() + options.batch_size - 1) / options.batch_size;
+  const size_t steps = steps_per_epoch(sampler, options.batch_size);
   const ProgressStyle progress = context.is_root() ? options.progress : ProgressStyle::kNone;
   const size_t progress_every = options.progress == ProgressStyle::kTerminal
                                     ? std::max<size_t>(1, steps / 100)
                                     : std::max<size_t>(1, (steps + 3) / 4);
-  const std::string initial_checksum = parameter_crc32(*model);
-  const auto exit_at =
-      options.restart_count == 0 ? scheduled_exit(options.test_worker_exit) : std::nullopt;
 
   // Where the job stands: at the start, or where its checkpoint says a previous attempt was.
   Position from;
@@ -189,7 +178,7 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   const auto evaluate_now = [&](int epoch) {  // with the clock paused
     TimelineSpan span("evaluate", "evaluate");
     if (context.is_root()) {
-      accuracy = evaluate(*model, test_set, idle_machine_threads());
+      accuracy = evaluate(model, job.test_set, idle_machine_threads());
       metrics.write({{"event", "eval"},
                      {"epoch", epoch},
                      {"step", global_step},
@@ -218,18 +207,10 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
     double loss_sum = resumed_epoch ? from.loss_sum : 0;
     size_t samples = resumed_epoch ? from.samples : 0;
     for (size_t step = resumed_epoch ? from.step : 0; step < steps; ++step) {
-      if (exit_at && exit_at->first == context.rank() && exit_at->second == global_step) {
-        std::fprintf(stderr, "worker %d: exiting abruptly at step %zu (--test-worker-exit)\n",
-                     context.rank(), global_step);
-        std::fflush(stderr);
-        std::_Exit(9);
-      }
-      const auto& all = sampler.indices();
-      const size_t begin = step * options.batch_size;
-      const size_t end = std::min(all.size(), begin + options.batch_size);
+      if (options.before_step) options.before_step(global_step);
+      const auto batch = batch_of(sampler, step, options.batch_size);
       optimizer.zero_grad();
-      const auto loss = forward_backward(*model, train_set,
-                                         std::span<const size_t>(all.data() + begin, end - begin));
+      const auto loss = forward_backward(model, train_set, batch);
       {
         TimelineSpan span("step", "step");
         optimizer.step();
@@ -250,8 +231,8 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
         }
       }
       ++global_step;
-      loss_sum += loss.item<double>() * static_cast<double>(end - begin);
-      samples += end - begin;
+      loss_sum += loss.item<double>() * static_cast<double>(batch.size());
+      samples += batch.size();
       if ((step + 1) % progress_every == 0 || step + 1 == steps) {
         print_progress(progress, epoch, options.epochs, step + 1, steps, loss_sum / samples,
                        samples * context.world_size() / (clock.seconds() - epoch_train_start));
@@ -332,7 +313,7 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   }
 
   // Checksums travel after the traffic figures were taken, so they are not counted.
-  const std::string checksum = parameter_checksum(*model);
+  const std::string checksum = parameter_checksum(model);
   const auto all = context.collectives().allgather_bytes(
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(checksum.data()), checksum.size()));
   nlohmann::json checksums = nlohmann::json::array();
@@ -350,7 +331,7 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   summary["bucket_layout"] = optimizer.bucket_layout();
   summary["model"] = options.model;
   summary["batch_size"] = options.batch_size;
-  summary["initial_checksum"] = initial_checksum;
+  summary["initial_checksum"] = job.initial_checksum;
   summary["param_checksums"] = checksums;
   metrics.write(summary);
   if (context.is_root()) {

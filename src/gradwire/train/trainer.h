@@ -13,6 +13,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 
@@ -52,10 +53,12 @@ struct TrainOptions {
   // "1,1,1,0.25" (one per worker), or "random:SEED" (uniform in [0.25, 1]). A worker of
   // speed s sleeps (1/s - 1) x its compute time after each step's computation.
   std::string worker_speed;
-  // Tests only (`--test-worker-exit`, hidden): "R:S" makes worker R exit abruptly (status
-  // 9, no goodbye) before its step S, to lose a worker for real; only in the first attempt
-  // (restart_count 0), so that a restarted job gets past it.
-  std::string test_worker_exit;
+  // Called on every rank before each of its training steps with the step's number
+  // (allreduce and gossip: the job's steps done, a resumed job counting on from its
+  // checkpoint; ps: this worker's steps). A seam for fault injection: the tests' build of
+  // the command-line tool makes a chosen worker exit abruptly here (tools/gradwire/
+  // train_command.cc, GRADWIRE_FAULT_INJECTION); the shipped tool sets nothing.
+  std::function<void(uint64_t step)> before_step;
   // Strategy allreduce: with checkpoint_dir (ps.checkpoint_dir, `--checkpoint-dir`), rank 0
   // writes DIR/allreduce.ckpt every checkpoint_every (ps.checkpoint_every) steps, and a
   // job started on a directory that holds one resumes from it (DistributedOptimizer::
