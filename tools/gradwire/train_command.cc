@@ -233,7 +233,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--model", o.model, "cnn, cnn-wide or mlp")->capture_default_str();
   cmd->add_option("--strategy", o.exchange.strategy, "Exchange strategy: allreduce, ps or gossip")
       ->capture_default_str()
-      ->check(CLI::IsMember({"allreduce", "ps", "gossip"}));
+      ->check(CLI::IsMember(strategy::strategy_names()));
   cmd->add_option("--servers", args->servers, "Parameter servers (--strategy ps)")
       ->capture_default_str();
   cmd->add_option("--consistency", o.exchange.ps.consistency, "bsp, ssp:S or asp (--strategy ps)")
