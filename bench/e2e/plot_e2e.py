@@ -3,13 +3,19 @@
 
 Reads DIR/results.csv and the metrics files it names; writes into DIR:
   accuracy_vs_time.png  test accuracy against training time, one panel per model and
-                        bandwidth, one line per configuration (DDP dashed)
-  time_to_target.png    time to the target accuracy as bars (hatched: never reached; the
-                        bar then shows the whole training time)
-  overhead.png          training time over the compute floor, minus one, against bandwidth
-  results.md            the same as tables, each configuration against DDP fp16
-Configurations run more than once (`--runs`, each run with its own seed) are shown by their
-mean (times to target over the runs that reached it, with the count and each run's time).
+                        bandwidth, one line per configuration and seed (DDP dashed)
+  time_to_target.png    mean time to the plateau accuracy as bars (hatched: not reached
+                        in some seed; the bar then shows the mean whole training time)
+  overhead.png          mean training time over the compute floor, minus one, against
+                        bandwidth
+  results.md            the tables: per configuration, over its seeds, the mean and range
+                        of training time / the compute floor of the same seed, time to the
+                        steep and to the plateau accuracy, final accuracy and its
+                        difference from the floor's (gradwire none: the same trajectory at
+                        any bandwidth), and time to the plateau accuracy and training time
+                        against the best DDP configuration of the table, seed by seed
+A verdict needs 3 seeds: "faster" or "slower" when every seed's ratio is on that side of
+1, "not resolved" when their range straddles it.
 """
 
 import csv
@@ -22,9 +28,6 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
-
-BASELINE = "ddp:fp16"
-
 
 def rate_bits(text):
     units = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
@@ -65,35 +68,136 @@ def mean(values):
     return sum(values) / len(values) if values else None
 
 
+STEEP = 0.85  # CSVs of earlier versions name no steep accuracy: the one the bench uses
+
+
+def first_at(curve, accuracy):
+    """Training seconds of the first evaluation at `accuracy` or above; None: never."""
+    return next((t for t, a in curve if a >= accuracy), None)
+
+
+def rounds(rows):
+    """(model, round) -> the compute floor's row of that round."""
+    return {(r["model"], int(r["run"])): r for r in rows
+            if r["config"].endswith("(floor)") and r["status"] == "ok"}
+
+
 def aggregate(rows):
-    """(model, bandwidth, config) -> summary over its runs (status ok only)."""
+    """(model, bandwidth, config) -> summary over its seeds (status ok only). The floor is
+    one configuration like the others, under the bandwidth "floor"."""
     groups = {}
     for row in rows:
-        if row["status"] != "ok" or row["config"].endswith("(floor)"):
+        if row["status"] != "ok":
             continue
-        groups.setdefault((row["model"], row["bandwidth"], row["config"]), []).append(row)
+        floor = row["config"].endswith("(floor)")
+        key = (row["model"], "floor" if floor else row["bandwidth"],
+               "none (floor)" if floor else row["config"])
+        groups.setdefault(key, []).append(row)
+    floors = rounds(rows)
     summary = {}
     for key, runs in groups.items():
-        reached = [number(r["time_to_target_s"]) for r in runs if r["time_to_target_s"]]
+        runs = sorted(runs, key=lambda r: int(r["run"]))
+        steep = number(runs[0].get("steep_accuracy")) or STEEP
+        target = number(runs[0]["target_accuracy"])
+        per_seed = {}
+        for r in runs:
+            floor = floors.get((r["model"], int(r["run"])))
+            train = number(r["train_s"])
+            floor_s = number(floor["train_s"]) if floor else None
+            per_seed[int(r["run"])] = {
+                "train_s": train,
+                "over_floor": train / floor_s if train and floor_s else None,
+                "steep": first_at(r["curve"], steep) if r["curve"] else number(
+                    r.get("time_to_steep_s")),
+                # A CSV of an earlier version without its metrics files cannot say.
+                "steep_known": bool(r["curve"]) or "time_to_steep_s" in r,
+                "target": number(r["time_to_target_s"]),
+                "accuracy": number(r["final_accuracy"]),
+                "floor_accuracy": number(floor["final_accuracy"]) if floor else None,
+            }
+        reached = [s["target"] for s in per_seed.values() if s["target"] is not None]
         summary[key] = {
             "system": runs[0]["system"],
             "codec": runs[0]["codec"],
             "runs": len(runs),
             "reached": len(reached),
             "time_to_target": mean(reached),
-            # Each run's, in run order (None: not reached): the spread one mean hides.
-            "times_to_target": [number(r["time_to_target_s"]) for r in
-                                sorted(runs, key=lambda r: int(r["run"]))],
-            "final_accuracy": mean([number(r["final_accuracy"]) for r in runs]),
-            "train_s": mean([number(r["train_s"]) for r in runs]),
-            "overhead": mean([number(r["overhead"]) for r in runs]),
+            "times_to_target": [per_seed[k]["target"] for k in sorted(per_seed)],
+            "final_accuracy": mean([s["accuracy"] for s in per_seed.values()]),
+            "train_s": mean([s["train_s"] for s in per_seed.values()]),
+            "overhead": mean([s["over_floor"] - 1 for s in per_seed.values()
+                              if s["over_floor"] is not None]),
             "bytes_per_step": mean([number(r["bytes_per_step"]) for r in runs]),
             # Not in CSVs of earlier versions.
             "wire_bytes_per_step": mean([number(r.get("wire_bytes_per_step")) for r in runs]),
-            "target": number(runs[0]["target_accuracy"]),
+            "steep": steep,
+            "target": target,
+            "per_seed": per_seed,
             "curves": [r["curve"] for r in runs],
         }
     return summary
+
+
+def spread(values, spec, scale=1):
+    """'mean [min, max]' of the values given (None: left out); one value alone as itself."""
+    values = [scale * v for v in values if v is not None]
+    if not values:
+        return ""
+    m = sum(values) / len(values)
+    if len(values) == 1:
+        return format(m, spec)
+    return f"{m:{spec}} [{min(values):{spec}}, {max(values):{spec}}]"
+
+
+def time_spread(times):
+    """Times to an accuracy over seeds, with how many reached it."""
+    reached = [t for t in times if t is not None]
+    if not reached:
+        return "not reached"
+    text = spread(reached, ".1f")
+    return text if len(reached) == len(times) else f"{text} ({len(reached)}/{len(times)})"
+
+
+def ratios(mine, theirs, field):
+    """Seed-by-seed ratios of `field` (None: not reached, so never faster than reached)."""
+    out = []
+    for seed in sorted(set(mine) & set(theirs)):
+        a, b = mine[seed][field], theirs[seed][field]
+        if a is None and b is None:
+            continue
+        out.append(math.inf if a is None else 0.0 if b is None else a / b)
+    return out
+
+
+def verdict(values, bar=1.0):
+    """Against `bar`: from 3 seeds on, "faster" (every ratio below), "slower" (every ratio
+    above) or "not resolved" (the range straddles it)."""
+    if len(values) < 3:
+        return f"no verdict ({len(values)} seed{'s' if len(values) != 1 else ''})"
+    if max(values) < bar:
+        return "faster"
+    if min(values) > bar:
+        return "slower"
+    return "not resolved"
+
+
+def ratio_text(values):
+    finite = [v for v in values if math.isfinite(v)]
+    text = spread(finite, ".2f").replace(" [", "x [", 1) if len(finite) > 1 else (
+        f"{finite[0]:.2f}x" if finite else "")
+    never = len(values) - len(finite)
+    return text + (f" (+{never} not reached)" if never else "")
+
+
+def best_ddp(summary, model, bw, configs):
+    """The DDP configuration of the table with the least mean time to the plateau accuracy
+    (a seed that never reached it counts as its whole training time), or None."""
+    def cost(config):
+        s = summary[(model, bw, config)]
+        return mean([p["target"] if p["target"] is not None else p["train_s"]
+                     for p in s["per_seed"].values()])
+    ddp = [c for c in configs if c.startswith("ddp:") and (model, bw, c) in summary]
+    return min(ddp, key=cost) if ddp else None
 
 
 def ordered(values, key=None):
@@ -141,7 +245,7 @@ def plot_curves(summary, models, bandwidths, configs, style, path):
                 if l not in labels:
                     handles.append(h)
                     labels.append(l)
-    fig.legend(handles, labels, loc="lower center", ncol=min(7, len(labels)), fontsize=8)
+    fig.legend(handles, labels, loc="lower center", ncol=max(1, min(7, len(labels))), fontsize=8)
     fig.tight_layout(rect=(0, 0.06, 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
@@ -210,47 +314,58 @@ def fmt(value, spec):
 
 
 def write_tables(summary, rows, models, bandwidths, configs, path):
-    floors = {r["model"]: number(r["train_s"]) for r in rows
-              if r["config"].endswith("(floor)") and r["status"] == "ok"}
     lines = []
     for model in models:
-        if model in floors:
-            lines.append(f"Compute floor of {model} (gradwire none, unshaped links): "
-                         f"{floors[model]:.1f} s of training.\n")
+        floor = summary.get((model, "floor", "none (floor)"))
         for bw in bandwidths:
             keys = [(model, bw, c) for c in configs if (model, bw, c) in summary]
             if not keys:
                 continue
-            target = summary[keys[0]]["target"]
-            base = summary.get((model, bw, BASELINE))
-            base_t = base["time_to_target"] if base else None
-            lines.append(f"### {model}, {bw} per host: time to {100 * target:.0f}% test accuracy\n")
-            lines.append("| system | configuration | time to target (s) | vs DDP fp16 | final accuracy "
-                         "| training (s) | overhead over floor | bytes per step (contributed) "
-                         "| bytes per step (on the wire) |")
-            lines.append("|---|---|---|---|---|---|---|---|---|")
-            for key in keys:
-                s = summary[key]
-                if s["time_to_target"] is None:
-                    ttt, ratio = "not reached", ""
-                else:
-                    ttt = f"{s['time_to_target']:.1f}"
-                    if s["runs"] > 1:
-                        each = " / ".join(fmt(t, ".1f") or "-" for t in s["times_to_target"])
-                        ttt += f" ({s['reached']}/{s['runs']} runs: {each})"
-                    ratio = f"{s['time_to_target'] / base_t:.2f}x" if base_t else ""
-                lines.append(
-                    f"| {s['system']} | `{key[2]}` | {ttt} | {ratio} | "
-                    f"{fmt(100 * s['final_accuracy'] if s['final_accuracy'] is not None else None, '.2f')}% | "
-                    f"{fmt(s['train_s'], '.1f')} | {fmt(s['overhead'], '.2f')} | "
-                    f"{fmt(s['bytes_per_step'], ',.0f')} | "
-                    f"{fmt(s['wire_bytes_per_step'], ',.0f') or 'not measured'} |")
+            first = summary[keys[0]]
+            steep, target = first["steep"], first["target"]
+            base = best_ddp(summary, model, bw, configs)
+            seeds = sorted({seed for k in keys for seed in summary[k]["per_seed"]})
+            lines.append(f"### {model}, {bw} per host: {len(seeds)} seed"
+                         f"{'s' if len(seeds) != 1 else ''}, mean [min, max]\n")
+            vs = f"`{base}`"
+            header = ["system", "configuration", "seeds", "training / floor",
+                      f"time to {100 * steep:.0f}% (s)", f"time to {100 * target:.0f}% (s)",
+                      "final accuracy (%)", "minus the floor's (points)"]
+            if base:
+                header += [f"time to {100 * target:.0f}% / {vs}'s", "verdict",
+                           f"training / {vs}'s", "verdict"]
+            header.append("bytes per step on the wire")
+            lines.append("| " + " | ".join(header) + " |")
+            lines.append("|" + "---|" * len(header))
+            rows_here = ([("floor", "`none`, unshaped links (compute floor)", floor)]
+                         if floor else [])
+            rows_here += [(summary[k]["system"], f"`{k[2]}`", summary[k]) for k in keys]
+            theirs = summary[(model, bw, base)]["per_seed"] if base else {}
+            for system, name, s in rows_here:
+                p = s["per_seed"]
+                seeds_here = sorted(p)
+                gap = [None if x["accuracy"] is None or x["floor_accuracy"] is None
+                       else x["accuracy"] - x["floor_accuracy"] for x in p.values()]
+                cells = [system, name, str(len(p)),
+                         spread([x["over_floor"] for x in p.values()], ".3f"),
+                         time_spread([p[k]["steep"] for k in seeds_here])
+                         if all(p[k]["steep_known"] for k in seeds_here) else "no curve committed",
+                         time_spread([p[k]["target"] for k in seeds_here]),
+                         spread([x["accuracy"] for x in p.values()], ".2f", 100),
+                         spread(gap, "+.2f", 100) if s is not floor else ""]
+                if base:
+                    for field in ("target", "train_s"):
+                        r = ratios(p, theirs, field) if s is not floor else []
+                        cells += [ratio_text(r), verdict(r)] if r else ["", ""]
+                cells.append(fmt(s["wire_bytes_per_step"], ",.0f") or "not measured")
+                lines.append("| " + " | ".join(cells) + " |")
             lines.append("")
     failed = [r for r in rows if r["status"] != "ok"]
     if failed:
         lines.append("Runs that did not finish:\n")
         for r in failed:
-            lines.append(f"- {r['model']} {r['bandwidth']} {r['config']}: {r['status']}")
+            lines.append(f"- {r['model']} {r['bandwidth']} {r['config']} (round {r['run']}): "
+                         f"{r['status']}")
         lines.append("")
     with open(path, "w") as f:
         f.write("\n".join(lines))
@@ -259,11 +374,11 @@ def write_tables(summary, rows, models, bandwidths, configs, path):
 def main(directory):
     rows = load(directory)
     summary = aggregate(rows)
-    if not summary:
+    if not any(k[1] != "floor" for k in summary):
         print("plot_e2e: no finished run in " + directory, file=sys.stderr)
         return 1
-    models = ordered(k[0] for k in summary)
-    bandwidths = ordered((k[1] for k in summary), key=rate_bits)
+    models = ordered(k[0] for k in summary if k[1] != "floor")
+    bandwidths = ordered((k[1] for k in summary if k[1] != "floor"), key=rate_bits)
     configs = ordered(r["config"] for r in rows if not r["config"].endswith("(floor)"))
     style = styles(configs)
     plot_curves(summary, models, bandwidths, configs, style,

@@ -36,11 +36,11 @@ std::string slug(const std::string& text) {
   return out;
 }
 
-double parse_accuracy(const std::string& text) {
+double parse_accuracy(const std::string& text, const std::string& option) {
   char* end = nullptr;
   const double value = std::strtod(text.c_str(), &end);
   if (text.empty() || *end != '\0' || !(value > 0) || value >= 100) {
-    throw ConfigError("--target-accuracy: '" + text +
+    throw ConfigError(option + ": '" + text +
                       "' is not an accuracy (a fraction such as 0.88 or a percentage such as 88)");
   }
   return value > 1 ? value / 100 : value;
@@ -60,26 +60,27 @@ std::vector<std::string> default_configs() {
           "laplace-topk",  "dgc",      "powersgd", "spectral",     "2bit", "ps:ddc-asgd", "auto"};
 }
 
-std::map<std::string, double> parse_targets(const std::string& text,
-                                            const std::vector<std::string>& models) {
-  std::map<std::string, double> targets;
+std::map<std::string, double> parse_accuracies(const std::string& text,
+                                               const std::vector<std::string>& models,
+                                               const std::string& option) {
+  std::map<std::string, double> accuracies;
   if (text.find('=') == std::string::npos) {
-    const double all = parse_accuracy(text);
-    for (const auto& m : models) targets[m] = all;
-    return targets;
+    const double all = parse_accuracy(text, option);
+    for (const auto& m : models) accuracies[m] = all;
+    return accuracies;
   }
   std::istringstream in(text);
   for (std::string item; std::getline(in, item, ',');) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) {
-      throw ConfigError("--target-accuracy: '" + item + "' is not MODEL=ACCURACY");
+      throw ConfigError(option + ": '" + item + "' is not MODEL=ACCURACY");
     }
-    targets[item.substr(0, eq)] = parse_accuracy(item.substr(eq + 1));
+    accuracies[item.substr(0, eq)] = parse_accuracy(item.substr(eq + 1), option);
   }
   for (const auto& m : models) {
-    if (!targets.count(m)) throw ConfigError("--target-accuracy gives no target for model " + m);
+    if (!accuracies.count(m)) throw ConfigError(option + " gives no accuracy for model " + m);
   }
-  return targets;
+  return accuracies;
 }
 
 Config parse_config(const std::string& text) {
@@ -160,15 +161,16 @@ std::vector<Run> build_matrix(const Settings& settings) {
              std::to_string(repeat);
     runs.push_back(run);
   };
-  if (settings.compute_floor) {
-    for (const auto& model : settings.models)
-      add(parse_config("none"), model, "unlimited", 1, true);
-  }
-  for (const auto& model : settings.models) {
-    for (const auto& bw : settings.bandwidths) {
-      for (const auto& text : settings.configs) {
-        const Config config = parse_config(text);
-        for (int r = 1; r <= settings.runs; ++r) add(config, model, bw, r, false);
+  std::vector<Config> configs;
+  for (const auto& text : settings.configs) configs.push_back(parse_config(text));
+  for (int r = 1; r <= settings.seeds; ++r) {
+    if (settings.compute_floor) {
+      for (const auto& model : settings.models)
+        add(parse_config("none"), model, "unlimited", r, true);
+    }
+    for (const auto& model : settings.models) {
+      for (const auto& bw : settings.bandwidths) {
+        for (const auto& config : configs) add(config, model, bw, r, false);
       }
     }
   }
@@ -240,7 +242,8 @@ std::vector<std::string> run_environment(const Run& run) {
   return {"GRADWIRE_NUM_SERVERS=1", "GRADWIRE_PS_BIND=0.0.0.0"};
 }
 
-Outcome read_outcome(const std::string& metrics_path, double target, int workers, int batch_size) {
+Outcome read_outcome(const std::string& metrics_path, Targets targets, int workers,
+                     int batch_size) {
   Outcome out;
   std::ifstream in(metrics_path);
   for (std::string line; std::getline(in, line);) {
@@ -255,7 +258,8 @@ Outcome read_outcome(const std::string& metrics_path, double target, int workers
       const double t = j.value("train_s", 0.0), acc = j.value("test_accuracy", 0.0);
       out.evals.emplace_back(t, acc);
       out.last_step = std::max<size_t>(out.last_step, j.value("step", size_t{0}));
-      if (!out.time_to_target_s && acc >= target) out.time_to_target_s = t;
+      if (!out.time_to_steep_s && acc >= targets.steep) out.time_to_steep_s = t;
+      if (!out.time_to_target_s && acc >= targets.plateau) out.time_to_target_s = t;
     } else if (event == "summary") {
       out.complete = true;
       out.codec = j.value("codec", "");
@@ -280,28 +284,32 @@ Outcome read_outcome(const std::string& metrics_path, double target, int workers
 
 void write_csv(const std::string& path, const Settings& settings, const std::vector<Run>& runs,
                const std::map<int, Outcome>& outcomes, const std::map<int, std::string>& status,
-               const std::map<std::string, double>& floors, const std::string& runs_dir) {
+               const Floors& floors, const std::string& runs_dir) {
   std::ofstream csv(path, std::ios::trunc);
   if (!csv) throw SystemError(errno_message("cannot write " + path, errno));
-  csv << "system,config,codec,model,bandwidth,run,status,target_accuracy,time_to_target_s,"
-         "final_accuracy,train_s,compute_floor_s,overhead,bytes_per_step,wire_bytes_per_step,"
-         "bytes_received_per_step,metrics\n";
+  csv << "system,config,codec,model,bandwidth,run,seed,status,steep_accuracy,time_to_steep_s,"
+         "target_accuracy,time_to_target_s,final_accuracy,train_s,compute_floor_s,overhead,"
+         "bytes_per_step,wire_bytes_per_step,bytes_received_per_step,metrics\n";
+  const auto seconds = [](const std::optional<double>& t) {
+    char text[32] = "";
+    if (t) std::snprintf(text, sizeof text, "%.2f", *t);
+    return std::string(text);
+  };
   for (const Run& run : runs) {
     const auto found = outcomes.find(run.index);
     const auto st = status.find(run.index);
     if (found == outcomes.end() || st == status.end()) continue;
     const Outcome& o = found->second;
-    const double target = settings.targets.at(run.model);
-    const auto floor = floors.find(run.model);
+    const Targets targets = settings.targets.at(run.model);
+    const auto floor = floors.find({run.model, run.repeat});
     const bool have_floor = floor != floors.end() && floor->second > 0 && o.complete;
     char overhead[32] = "";
     if (have_floor) std::snprintf(overhead, sizeof overhead, "%.4f", o.train_s / floor->second - 1);
-    char ttt[32] = "";
-    if (o.time_to_target_s) std::snprintf(ttt, sizeof ttt, "%.2f", *o.time_to_target_s);
     csv << run.config.system << "," << csv_field(run.floor ? "none (floor)" : run.config.name)
         << "," << csv_field(o.codec) << "," << run.model << "," << run.bandwidth << ","
-        << run.repeat << "," << st->second << "," << target << "," << ttt << ","
-        << (o.complete ? number(o.final_accuracy) : "") << ","
+        << run.repeat << "," << settings.seed + run.repeat - 1 << "," << st->second << ","
+        << targets.steep << "," << seconds(o.time_to_steep_s) << "," << targets.plateau << ","
+        << seconds(o.time_to_target_s) << "," << (o.complete ? number(o.final_accuracy) : "") << ","
         << (o.complete ? number(o.train_s) : "") << ","
         << (floor != floors.end() ? number(floor->second) : "") << "," << overhead << ","
         << (o.complete ? number(std::round(o.bytes_per_step)) : "") << ","

@@ -25,13 +25,24 @@ namespace gradwire::cli::e2e {
 // The default matrix's configurations: DDP's baselines, then gradwire's.
 std::vector<std::string> default_configs();
 
+// The test accuracies a run is timed to, fractions in (0, 1): `steep`, in the steep part of
+// the curve where methods differ by how fast they learn (cnn: 0.85), and `plateau`, the
+// accuracy a finished run holds (cnn: 0.88), which noisy curves cross late and unevenly.
+struct Targets {
+  double steep = 0;
+  double plateau = 0;
+};
+
 struct Settings {
   int hosts = 4;
   std::vector<std::string> bandwidths;  // tc notation; "unlimited" allowed
   std::vector<std::string> models;
   std::vector<std::string> configs;
   int epochs = 3;
-  int runs = 1;  // runs of each configuration, each with its own seed (see Run::repeat)
+  // Seeds of each configuration, run in rounds: round r runs every configuration (and the
+  // compute floor) with seed `seed + r - 1` before round r + 1 starts, so that the machine's
+  // drift over hours hits every configuration alike (A B A B, not A A B B).
+  int seeds = 1;
   int batch_size = 64;
   double lr = 0.05;
   double momentum = 0.9;
@@ -42,14 +53,16 @@ struct Settings {
   size_t eval_every = 0;  // 0: a quarter of an epoch
   size_t train_limit = 0;
   size_t test_limit = 0;
-  std::map<std::string, double> targets;  // model -> target test accuracy in (0, 1)
-  bool compute_floor = true;              // also run `none` unshaped per model
+  std::map<std::string, Targets> targets;  // model -> accuracies to time
+  bool compute_floor = true;               // also run `none` unshaped per model and seed
   double run_timeout_s = 7200;
 };
 
-// "0.88", "88" or "cnn=0.88,cnn-wide=89": a target for every model (fractions or percent).
-std::map<std::string, double> parse_targets(const std::string& text,
-                                            const std::vector<std::string>& models);
+// "0.88", "88" or "cnn=0.88,cnn-wide=89": an accuracy for every model (fractions or
+// percent). `option` names the flag in errors.
+std::map<std::string, double> parse_accuracies(const std::string& text,
+                                               const std::vector<std::string>& models,
+                                               const std::string& option);
 
 struct Config {
   std::string name;                  // as written in --configs
@@ -73,14 +86,15 @@ struct Run {
   Config config;
   std::string model;
   std::string bandwidth;
-  int repeat = 1;      // 1..runs; run r trains with seed settings.seed + r - 1
-  bool floor = false;  // the model's compute floor (none, unshaped)
+  int repeat = 1;      // its round, 1..seeds: it trains with seed settings.seed + repeat - 1
+  bool floor = false;  // the model's compute floor (none, unshaped) of its round
   std::string id;      // file-name stem: e.g. "cnn-100mbit-gradwire-hylo-r1"
   int hosts = 0;       // emulated hosts (workers, plus one for a parameter server)
   int workers = 0;
 };
 
-// Floors first (one per model), then model x bandwidth x config x repeat, in that nesting.
+// Round by round (seed by seed): each round the floors first (one per model), then model x
+// bandwidth x config, in that nesting.
 std::vector<Run> build_matrix(const Settings& settings);
 
 // Steps of one worker per epoch (DistributedSampler's shard in batches).
@@ -99,7 +113,8 @@ struct Outcome {
   bool complete = false;                         // a summary line was found
   std::string codec;                             // the codec in use, as the run printed it
   std::vector<std::pair<double, double>> evals;  // (train_s, test_accuracy)
-  std::optional<double> time_to_target_s;
+  std::optional<double> time_to_steep_s;         // first evaluation at Targets::steep or above
+  std::optional<double> time_to_target_s;        // and at Targets::plateau
   double final_accuracy = 0;
   double train_s = 0;
   double bytes_per_step = 0;           // contributed per worker per step (codec output)
@@ -110,11 +125,15 @@ struct Outcome {
 
 // Reads a metrics file (complete or still being written); a missing file is an empty
 // outcome.
-Outcome read_outcome(const std::string& metrics_path, double target, int workers, int batch_size);
+Outcome read_outcome(const std::string& metrics_path, Targets targets, int workers, int batch_size);
+
+// The compute floor's training seconds by (model, round): each run is compared with the
+// floor of its own round (the same seed, measured minutes apart).
+using Floors = std::map<std::pair<std::string, int>, double>;
 
 // Writes results.csv: one row per run (run order), the header first.
 void write_csv(const std::string& path, const Settings& settings, const std::vector<Run>& runs,
                const std::map<int, Outcome>& outcomes, const std::map<int, std::string>& status,
-               const std::map<std::string, double>& floors, const std::string& runs_dir);
+               const Floors& floors, const std::string& runs_dir);
 
 }  // namespace gradwire::cli::e2e
