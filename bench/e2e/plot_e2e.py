@@ -245,8 +245,11 @@ def plot_curves(summary, models, bandwidths, configs, style, path):
                 if l not in labels:
                     handles.append(h)
                     labels.append(l)
-    fig.legend(handles, labels, loc="lower center", ncol=max(1, min(7, len(labels))), fontsize=8)
-    fig.tight_layout(rect=(0, 0.06, 1, 1))
+    # Two legend columns a panel column, so that long configuration names fit the figure.
+    ncol = max(1, min(len(labels), 2 * len(bandwidths)))
+    legend_rows = -(-len(labels) // ncol)
+    fig.legend(handles, labels, loc="lower center", ncol=ncol, fontsize=8)
+    fig.tight_layout(rect=(0, min(0.5, 0.035 * legend_rows / len(models) + 0.02), 1, 1))
     fig.savefig(path, dpi=110)
     plt.close(fig)
 
