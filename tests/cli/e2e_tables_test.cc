@@ -15,6 +15,7 @@
 
 #include "../../tools/gradwire/e2e_matrix.h"
 #include "../common/command_runner.h"
+#include "gradwire/strategy/adaptive/adaptive_strategy.h"
 
 namespace {
 
@@ -56,6 +57,26 @@ TEST(E2eMatrixTest, SeedsRunInRoundsEachWithItsFloorFirst) {
   EXPECT_EQ(seed_of(runs[1]), "7");
   EXPECT_EQ(seed_of(runs[4]), "8");
   EXPECT_EQ(seed_of(runs[5]), "8");
+}
+
+// The default matrix compares PowerSGD configured alike: DDP's at auto's rank with the
+// shortest dense start PyTorch allows, and gradwire's fixed PowerSGD as auto's plan.
+TEST(E2eMatrixTest, TheDefaultMatrixRunsDdpPowerSgdAsAutosPlan) {
+  const int rank = gradwire::strategy::AdaptiveOptions{}.rank;
+  bool ddp = false, ours = false;
+  for (const auto& text : e2e::default_configs()) {
+    const e2e::Config c = e2e::parse_config(text);  // every one parses
+    if (c.system == "ddp" && c.hook == "powersgd") {
+      ddp = true;
+      EXPECT_EQ(c.powersgd_rank, rank) << text;
+      EXPECT_EQ(c.powersgd_start, 2) << text;
+    }
+    if (c.codec.rfind("powersgd", 0) == 0) {
+      ours = true;
+      EXPECT_EQ(c.codec, "powersgd:min_rate=2,rank=" + std::to_string(rank));
+    }
+  }
+  EXPECT_TRUE(ddp && ours);
 }
 
 // A run's metrics as the trainer and the DDP peer write them.

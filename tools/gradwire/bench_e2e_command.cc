@@ -442,7 +442,8 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
                   "ps:UPDATER[:CONSISTENCY], "
                   "gossip:TRIGGER (every, period:K, adaptive), gossip-wait:TRIGGER (--gossip-wait) "
                   "or a codec spec; default: every "
-                  "DDP hook and gradwire's main codecs");
+                  "DDP's allreduce, fp16 and PowerSGD (rank 8, 2 dense steps) and gradwire's none, "
+                  "fp16, int8, PowerSGD (rank 8) and auto");
   e2e->add_option("--epochs", s.epochs)->capture_default_str();
   e2e->add_option("--target-accuracy", args->targets,
                   "the plateau accuracy to time: 0.88, 88, or per model cnn=0.88,cnn-wide=0.89")

@@ -22,7 +22,8 @@
 
 namespace gradwire::cli::e2e {
 
-// The default matrix's configurations: DDP's baselines, then gradwire's.
+// The default matrix's configurations: DDP's baselines (PowerSGD configured as gradwire's),
+// then gradwire's exact codecs, its PowerSGD and its default (auto).
 std::vector<std::string> default_configs();
 
 // The test accuracies a run is timed to, fractions in (0, 1): `steep`, in the steep part of

@@ -1,0 +1,79 @@
+#!/usr/bin/python3
+"""README's loopback table from the metrics loopback_table.sh wrote.
+
+    loopback_table.py DIR CODEC...
+
+Reads DIR/CODEC-seedS.jsonl (the trainer's metrics, summary line last) and prints a
+Markdown table, one row per codec: the codec in use, final test accuracy, training seconds
+and training time over `none`'s of the same seed (mean [min, max] over seeds), and the
+traffic on the wire and contributed against dense fp32.
+"""
+
+import glob
+import json
+import os
+import re
+import sys
+
+
+def spread(values, spec, scale=1):
+    values = [scale * v for v in values]
+    if not values:
+        return ""
+    m = sum(values) / len(values)
+    if len(values) == 1:
+        return format(m, spec)
+    return f"{m:{spec}} [{min(values):{spec}}, {max(values):{spec}}]"
+
+
+def summary(path):
+    last = None
+    with open(path) as f:
+        for line in f:
+            try:
+                event = json.loads(line)
+            except ValueError:
+                continue
+            if event.get("event") == "summary":
+                last = event
+    return last
+
+
+def main(directory, codecs):
+    runs = {}
+    for codec in codecs:
+        for path in glob.glob(os.path.join(glob.escape(directory), glob.escape(codec) + "-seed*.jsonl")):
+            seed = int(re.search(r"-seed(\d+)\.jsonl$", path).group(1))
+            s = summary(path)
+            if s:
+                runs[(codec, seed)] = s
+    seeds = sorted({seed for _, seed in runs})
+    print(f"{len(seeds)} seed{'s' if len(seeds) != 1 else ''} ({', '.join(map(str, seeds))}), "
+          "mean [min, max]:\n")
+    print("| --compressor | codec in use | test accuracy (%) | training (s) | training / none's "
+          "| on the wire / dense on the wire | contributed / dense | ranks' parameters equal |")
+    print("|---|---|---|---|---|---|---|---|")
+    for codec in codecs:
+        mine = {seed: runs[(codec, seed)] for seed in seeds if (codec, seed) in runs}
+        if not mine:
+            continue
+        first = next(iter(mine.values()))
+        ratio = [s["train_s"] / runs[("none", seed)]["train_s"] for seed, s in mine.items()
+                 if ("none", seed) in runs]
+        wire = [s["bytes_on_wire"] / s["bytes_dense_on_wire"] for s in mine.values()
+                if s.get("bytes_dense_on_wire")]
+        contributed = [s["bytes_contributed"] / s["bytes_dense"] for s in mine.values()
+                       if s.get("bytes_dense")]
+        equal = all(len(set(s.get("param_checksums", []))) == 1 for s in mine.values())
+        print(f"| `{codec}` | `{first.get('codec', '')}` "
+              f"| {spread([s['test_accuracy'] for s in mine.values()], '.2f', 100)} "
+              f"| {spread([s['train_s'] for s in mine.values()], '.1f')} "
+              f"| {spread(ratio, '.3f')} | {spread(wire, '.4f')} | {spread(contributed, '.4f')} "
+              f"| {'yes' if equal else 'NO'} |")
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 3:
+        sys.exit("usage: loopback_table.py DIR CODEC...")
+    sys.exit(main(sys.argv[1], sys.argv[2:]))
