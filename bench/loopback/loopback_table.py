@@ -3,7 +3,8 @@
 
     loopback_table.py DIR CODEC...
 
-Reads DIR/CODEC-seedS.jsonl (the trainer's metrics, summary line last) and prints a
+Reads DIR/SLUG-seedS.jsonl (SLUG: the codec with "-" for every character but letters,
+digits and "."; the trainer's metrics, summary line last) and prints a
 Markdown table, one row per codec: the codec in use, final test accuracy, training seconds
 and training time over `none`'s of the same seed (mean [min, max] over seeds), and the
 traffic on the wire and contributed against dense fp32.
@@ -42,7 +43,8 @@ def summary(path):
 def main(directory, codecs):
     runs = {}
     for codec in codecs:
-        for path in glob.glob(os.path.join(glob.escape(directory), glob.escape(codec) + "-seed*.jsonl")):
+        slug = re.sub(r"[^A-Za-z0-9.]", "-", codec)
+        for path in glob.glob(os.path.join(glob.escape(directory), slug + "-seed*.jsonl")):
             seed = int(re.search(r"-seed(\d+)\.jsonl$", path).group(1))
             s = summary(path)
             if s:
