@@ -19,7 +19,6 @@ A verdict needs 3 seeds: "faster" or "slower" when every seed's ratio is on that
 """
 
 import csv
-import json
 import math
 import os
 import sys
@@ -28,6 +27,8 @@ import matplotlib
 
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt  # noqa: E402
+
+from result_tables import events, spread  # noqa: E402  (beside this script)
 
 def rate_bits(text):
     units = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
@@ -52,14 +53,8 @@ def load(directory):
         row["curve"] = []
         path = os.path.join(directory, row["metrics"])
         if os.path.exists(path):
-            with open(path) as m:
-                for line in m:
-                    try:
-                        event = json.loads(line)
-                    except ValueError:
-                        continue
-                    if event.get("event") == "eval":
-                        row["curve"].append((event["train_s"], event["test_accuracy"]))
+            row["curve"] = [(e["train_s"], e["test_accuracy"]) for e in events(path)
+                            if e.get("event") == "eval"]
     return rows
 
 
@@ -136,17 +131,6 @@ def aggregate(rows):
             "curves": [r["curve"] for r in runs],
         }
     return summary
-
-
-def spread(values, spec, scale=1):
-    """'mean [min, max]' of the values given (None: left out); one value alone as itself."""
-    values = [scale * v for v in values if v is not None]
-    if not values:
-        return ""
-    m = sum(values) / len(values)
-    if len(values) == 1:
-        return format(m, spec)
-    return f"{m:{spec}} [{min(values):{spec}}, {max(values):{spec}}]"
 
 
 def time_spread(times):

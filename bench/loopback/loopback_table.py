@@ -11,33 +11,12 @@ traffic on the wire and contributed against dense fp32.
 """
 
 import glob
-import json
 import os
 import re
 import sys
 
-
-def spread(values, spec, scale=1):
-    values = [scale * v for v in values]
-    if not values:
-        return ""
-    m = sum(values) / len(values)
-    if len(values) == 1:
-        return format(m, spec)
-    return f"{m:{spec}} [{min(values):{spec}}, {max(values):{spec}}]"
-
-
-def summary(path):
-    last = None
-    with open(path) as f:
-        for line in f:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == "summary":
-                last = event
-    return last
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+from result_tables import last_summary, spread  # noqa: E402
 
 
 def main(directory, codecs):
@@ -46,7 +25,7 @@ def main(directory, codecs):
         slug = re.sub(r"[^A-Za-z0-9.]", "-", codec)
         for path in glob.glob(os.path.join(glob.escape(directory), slug + "-seed*.jsonl")):
             seed = int(re.search(r"-seed(\d+)\.jsonl$", path).group(1))
-            s = summary(path)
+            s = last_summary(path)
             if s:
                 runs[(codec, seed)] = s
     seeds = sorted({seed for _, seed in runs})

@@ -5,9 +5,11 @@ staleness_table.sh wrote (one run a row, in the script's order).
     staleness_table.py DIR
 """
 
-import json
 import os
 import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+from result_tables import last_summary  # noqa: E402
 
 # name -> (consistency and updater as the table says them, momentum); the script's runs.
 ROWS = [
@@ -23,26 +25,13 @@ ROWS = [
 ]
 
 
-def summary(path):
-    last = None
-    with open(path) as f:
-        for line in f:
-            try:
-                event = json.loads(line)
-            except ValueError:
-                continue
-            if event.get("event") == "summary":
-                last = event
-    return last
-
-
 def main(directory):
     print("| run | consistency, updater | momentum | test accuracy | wall time | updates "
           "| staleness mean / p50 / p99 / max | pushed / dense |")
     print("|---|---|---|---|---|---|---|---|")
     for name, what, momentum in ROWS:
         path = os.path.join(directory, name + ".jsonl")
-        s = summary(path) if os.path.exists(path) else None
+        s = last_summary(path) if os.path.exists(path) else None
         if not s:
             print(f"| {name} | {what} | {momentum} | did not finish | | | | |")
             continue
