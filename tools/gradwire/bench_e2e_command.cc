@@ -441,7 +441,7 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
                   "configurations (space-separated): ddp:HOOK (ddp:powersgd:rank=R,start=N), "
                   "ps:UPDATER[:CONSISTENCY], "
                   "gossip:TRIGGER (every, period:K, adaptive), gossip-wait:TRIGGER (--gossip-wait) "
-                  "or a codec spec; default: every "
+                  "or a codec spec; default: "
                   "DDP's allreduce, fp16 and PowerSGD (rank 8, 2 dense steps) and gradwire's none, "
                   "fp16, int8, PowerSGD (rank 8) and auto");
   e2e->add_option("--epochs", s.epochs)->capture_default_str();
