@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""Plots and tables for `gradwire bench e2e` (run by it; by hand: plot_e2e.py DIR).
+"""Plots and tables for `gradwire bench e2e` (run by it; by hand: plot_e2e.py [--tables-only] DIR).
 
 Reads DIR/results.csv and the metrics files it names; writes into DIR:
   accuracy_vs_time.png  test accuracy against training time, one panel per model and
@@ -23,12 +23,16 @@ import math
 import os
 import sys
 
-import matplotlib
+from result_tables import events, spread  # beside this script
 
-matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402
 
-from result_tables import events, spread  # noqa: E402  (beside this script)
+def pyplot():
+    """matplotlib's pyplot on the Agg backend, imported on first use: the tables alone
+    (--tables-only, bench/docs_tables.py) do not need it."""
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    return plt
 
 def rate_bits(text):
     units = {"bit": 1, "kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "tbit": 1e12,
@@ -193,12 +197,13 @@ def ordered(values, key=None):
 
 
 def styles(configs):
-    cmap = plt.get_cmap("tab20")
+    cmap = pyplot().get_cmap("tab20")
     return {c: {"color": cmap(i % 20), "linestyle": "--" if c.startswith("ddp:") else "-"}
             for i, c in enumerate(configs)}
 
 
 def plot_curves(summary, models, bandwidths, configs, style, path):
+    plt = pyplot()
     fig, axes = plt.subplots(len(models), len(bandwidths), squeeze=False,
                              figsize=(5.5 * len(bandwidths), 4.2 * len(models)))
     for i, model in enumerate(models):
@@ -239,6 +244,7 @@ def plot_curves(summary, models, bandwidths, configs, style, path):
 
 
 def plot_bars(summary, models, bandwidths, configs, style, path):
+    plt = pyplot()
     fig, axes = plt.subplots(len(models), len(bandwidths), squeeze=False,
                              figsize=(5.5 * len(bandwidths), 0.35 * len(configs) * len(models) + 2))
     for i, model in enumerate(models):
@@ -274,6 +280,7 @@ def plot_bars(summary, models, bandwidths, configs, style, path):
 
 
 def plot_overhead(summary, models, bandwidths, configs, style, path):
+    plt = pyplot()
     shaped = [bw for bw in bandwidths if math.isfinite(rate_bits(bw))]
     fig, axes = plt.subplots(1, len(models), squeeze=False, figsize=(6 * len(models), 4.5))
     for i, model in enumerate(models):
@@ -300,7 +307,8 @@ def fmt(value, spec):
     return "" if value is None else format(value, spec)
 
 
-def write_tables(summary, rows, models, bandwidths, configs, path):
+def tables_markdown(summary, rows, models, bandwidths, configs):
+    """results.md's text: a table per model and bandwidth, then the runs that failed."""
     lines = []
     for model in models:
         floor = summary.get((model, "floor", "none (floor)"))
@@ -315,7 +323,7 @@ def write_tables(summary, rows, models, bandwidths, configs, path):
             lines.append(f"### {model}, {bw} per host: {len(seeds)} seed"
                          f"{'s' if len(seeds) != 1 else ''}, mean [min, max]\n")
             vs = f"`{base}`"
-            header = ["system", "configuration", "seeds", "training / floor",
+            header = ["system", "configuration", "seeds", "training (s)", "training / floor",
                       f"time to {100 * steep:.0f}% (s)", f"time to {100 * target:.0f}% (s)",
                       "final accuracy (%)", "minus the floor's (points)"]
             if base:
@@ -334,13 +342,16 @@ def write_tables(summary, rows, models, bandwidths, configs, path):
                 gap = [None if x["accuracy"] is None or x["floor_accuracy"] is None
                        else x["accuracy"] - x["floor_accuracy"] for x in p.values()]
                 cells = [system, name, str(len(p)),
+                         spread([x["train_s"] for x in p.values()], ".1f"),
                          spread([x["over_floor"] for x in p.values()], ".3f"),
                          time_spread([p[k]["steep"] for k in seeds_here])
                          if all(p[k]["steep_known"] for k in seeds_here) else "no curve committed",
                          time_spread([p[k]["target"] for k in seeds_here]),
                          spread([x["accuracy"] for x in p.values()], ".2f", 100),
                          spread(gap, "+.2f", 100) if s is not floor else ""]
-                if base:
+                if base and s is summary.get((model, bw, base)):
+                    cells += ["the baseline", "", "the baseline", ""]
+                elif base:
                     for field in ("target", "train_s"):
                         r = ratios(p, theirs, field) if s is not floor else []
                         cells += [ratio_text(r), verdict(r)] if r else ["", ""]
@@ -354,19 +365,42 @@ def write_tables(summary, rows, models, bandwidths, configs, path):
             lines.append(f"- {r['model']} {r['bandwidth']} {r['config']} (round {r['run']}): "
                          f"{r['status']}")
         lines.append("")
-    with open(path, "w") as f:
-        f.write("\n".join(lines))
+    return "\n".join(lines)
 
 
-def main(directory):
-    rows = load(directory)
-    summary = aggregate(rows)
-    if not any(k[1] != "floor" for k in summary):
+class Results:
+    """One results directory: its rows, their summary, and the models, bandwidths and
+    configurations in the order the tables list them."""
+
+    def __init__(self, directory):
+        self.rows = load(directory)
+        self.summary = aggregate(self.rows)
+        summary = self.summary
+        self.models = ordered(k[0] for k in summary if k[1] != "floor")
+        self.bandwidths = ordered((k[1] for k in summary if k[1] != "floor"), key=rate_bits)
+        self.configs = ordered(r["config"] for r in self.rows
+                               if not r["config"].endswith("(floor)"))
+
+    def finished(self):
+        return any(k[1] != "floor" for k in self.summary)
+
+    def tables(self):
+        return tables_markdown(self.summary, self.rows, self.models, self.bandwidths,
+                               self.configs)
+
+
+def main(directory, tables_only=False):
+    results = Results(directory)
+    if not results.finished():
         print("plot_e2e: no finished run in " + directory, file=sys.stderr)
         return 1
-    models = ordered(k[0] for k in summary if k[1] != "floor")
-    bandwidths = ordered((k[1] for k in summary if k[1] != "floor"), key=rate_bits)
-    configs = ordered(r["config"] for r in rows if not r["config"].endswith("(floor)"))
+    with open(os.path.join(directory, "results.md"), "w") as f:
+        f.write(results.tables())
+    if tables_only:
+        print("plot_e2e: wrote results.md in " + directory)
+        return 0
+    summary, models, bandwidths, configs = (results.summary, results.models,
+                                            results.bandwidths, results.configs)
     style = styles(configs)
     plot_curves(summary, models, bandwidths, configs, style,
                 os.path.join(directory, "accuracy_vs_time.png"))
@@ -374,13 +408,13 @@ def main(directory):
               os.path.join(directory, "time_to_target.png"))
     plot_overhead(summary, models, bandwidths, configs, style,
                   os.path.join(directory, "overhead.png"))
-    write_tables(summary, rows, models, bandwidths, configs, os.path.join(directory, "results.md"))
     print("plot_e2e: wrote accuracy_vs_time.png, time_to_target.png, overhead.png and "
           "results.md in " + directory)
     return 0
 
 
 if __name__ == "__main__":
-    if len(sys.argv) != 2:
-        sys.exit("usage: plot_e2e.py DIR (the --out of gradwire bench e2e)")
-    sys.exit(main(sys.argv[1]))
+    args = [a for a in sys.argv[1:] if a != "--tables-only"]
+    if len(args) != 1:
+        sys.exit("usage: plot_e2e.py [--tables-only] DIR (the --out of gradwire bench e2e)")
+    sys.exit(main(args[0], tables_only=len(args) != len(sys.argv) - 1))

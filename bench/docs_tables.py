@@ -1,0 +1,162 @@
+#!/usr/bin/python3
+"""Every generated table under docs/, remade from the raw output committed in docs/results/.
+
+    docs_tables.py --write   rewrite the tables and docs/RESULTS.md from the data
+    docs_tables.py --check   fail (exit 1, with a diff) where a committed table is not what
+                             its data gives; the test suite runs this
+
+What is generated, and from what:
+  docs/results/**/results.md  of every folder with a results.csv (`gradwire bench e2e`'s
+                              raw output and the metrics files it names): plot_e2e.py's
+                              tables
+  the folders of GENERATORS   each by its own script from its raw files
+  docs/RESULTS.md             from docs/results/RESULTS.md.in, whose directive lines
+                              (alone on a line) expand as follows, FOLDER under docs/results:
+      @command FOLDER         FOLDER/command.txt, as a shell block
+      @tables FOLDER          FOLDER's tables (plot_e2e.py's results.md)
+      @verdicts FOLDER        a line per gradwire configuration and table: its training
+                              time and time to the plateau accuracy against the best DDP
+                              configuration of the table and against DDP fp16, seed by
+                              seed, with the verdict (3 seeds or more)
+      @plots FOLDER           FOLDER's accuracy-against-time and time-to-target plots
+Everything else in the template is copied as written: it holds the conditions and the
+reading of the tables, and no figure that a table does not carry.
+"""
+
+import difflib
+import glob
+import os
+import re
+import subprocess
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "e2e"))
+import plot_e2e  # noqa: E402
+
+# Tables made by a script of their own: folder -> the script and its arguments after the
+# folder. The script prints the table.
+GENERATORS = {
+    "loopback-4workers": ["loopback/loopback_table.py", "none", "fp16", "int8", "auto",
+                          "topk:density=0.01", "2bit"],
+    "ps-staleness-table": ["ps/staleness_table.py"],
+}
+
+
+def e2e_tables(folder):
+    return plot_e2e.Results(folder).tables()
+
+
+def script_table(folder, script, args):
+    out = subprocess.run([sys.executable, os.path.join(HERE, script), folder] + args,
+                         check=True, capture_output=True, text=True)
+    return out.stdout
+
+
+def verdict_lines(folder):
+    """The seed-by-seed comparisons of a results folder against its best DDP configuration
+    and DDP fp16, a Markdown bullet each."""
+    results = plot_e2e.Results(folder)
+    summary, lines = results.summary, []
+    for model in results.models:
+        for bw in results.bandwidths:
+            best = plot_e2e.best_ddp(summary, model, bw, results.configs)
+            if not best:
+                continue
+            bases = [best] + [c for c in ("ddp:fp16",) if c != best
+                              and (model, bw, c) in summary]
+            target = summary[(model, bw, best)]["target"]
+            lines.append(f"- {model}, {bw}: the best DDP configuration (least mean time to "
+                         f"{100 * target:.0f}%) is `{best}`.")
+            for config in results.configs:
+                key = (model, bw, config)
+                if key not in summary or summary[key]["system"] == "ddp":
+                    continue
+                mine = summary[key]["per_seed"]
+                parts = []
+                for base in bases:
+                    theirs = summary[(model, bw, base)]["per_seed"]
+                    train = plot_e2e.ratios(mine, theirs, "train_s")
+                    reach = plot_e2e.ratios(mine, theirs, "target")
+                    parts.append(f"against `{base}`: training {plot_e2e.ratio_text(train)}, "
+                                 f"{plot_e2e.verdict(train)}; time to {100 * target:.0f}% "
+                                 f"{plot_e2e.ratio_text(reach)}, {plot_e2e.verdict(reach)}")
+                lines.append(f"  - `{config}` " + "; ".join(parts) + ".")
+    return "\n".join(lines) + "\n"
+
+
+def results_page(root):
+    results = os.path.join(root, "docs", "results")
+    out = []
+    with open(os.path.join(results, "RESULTS.md.in")) as f:
+        template = f.read().splitlines(keepends=True)
+    for line in template:
+        words = line.split()
+        if len(words) != 2 or not words[0].startswith("@"):
+            out.append(line)
+            continue
+        directive, name = words
+        folder = os.path.join(results, name)
+        if not os.path.isdir(folder):
+            raise SystemExit(f"docs_tables: RESULTS.md.in names {name}, not in docs/results")
+        if directive == "@command":
+            with open(os.path.join(folder, "command.txt")) as f:
+                out.append("```sh\n" + f.read().rstrip("\n") + "\n```\n")
+        elif directive == "@tables":
+            # One heading level below the template's sections.
+            out.append(re.sub(r"^### ", "#### ", e2e_tables(folder), flags=re.M))
+        elif directive == "@verdicts":
+            out.append(verdict_lines(folder))
+        elif directive == "@plots":
+            out.append(f"![accuracy against training time](results/{name}/accuracy_vs_time.png)\n"
+                       f"\n![time to the plateau accuracy](results/{name}/time_to_target.png)\n")
+        else:
+            raise SystemExit(f"docs_tables: unknown directive {directive} in RESULTS.md.in")
+    return "".join(out)
+
+
+def expected(root):
+    """path -> the text its data gives, for every generated file."""
+    results = os.path.join(root, "docs", "results")
+    files = {}
+    for csv_path in sorted(glob.glob(os.path.join(results, "**", "results.csv"),
+                                     recursive=True)):
+        folder = os.path.dirname(csv_path)
+        files[os.path.join(folder, "results.md")] = e2e_tables(folder)
+    for name, (script, *args) in GENERATORS.items():
+        folder = os.path.join(results, name)
+        files[os.path.join(folder, "results.md")] = script_table(folder, script, args)
+    files[os.path.join(root, "docs", "RESULTS.md")] = results_page(root)
+    return files
+
+
+def main(argv):
+    if len(argv) < 1 or argv[0] not in ("--write", "--check"):
+        sys.exit("usage: docs_tables.py --write|--check [REPOSITORY] (default: the one "
+                 "holding this script)")
+    root = argv[1] if len(argv) > 1 else os.path.dirname(HERE)
+    stale = 0
+    for path, text in expected(root).items():
+        old = open(path).read() if os.path.exists(path) else ""
+        if old == text:
+            continue
+        rel = os.path.relpath(path, root)
+        if argv[0] == "--write":
+            with open(path, "w") as f:
+                f.write(text)
+            print(f"docs_tables: wrote {rel}")
+            continue
+        stale += 1
+        print(f"docs_tables: {rel} is not what its data gives "
+              f"(python3 bench/docs_tables.py --write remakes it):")
+        sys.stdout.writelines(difflib.unified_diff(
+            old.splitlines(keepends=True), text.splitlines(keepends=True),
+            "committed/" + rel, "recomputed/" + rel, n=1))
+    if argv[0] == "--check":
+        print(f"docs_tables: {stale} stale table file(s)" if stale else
+              "docs_tables: every table recomputed from its data")
+    return 1 if stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))
