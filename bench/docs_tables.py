@@ -21,6 +21,9 @@ What is generated, and from what:
       @plots FOLDER           FOLDER's accuracy-against-time and time-to-target plots
 Everything else in the template is copied as written: it holds the conditions and the
 reading of the tables, and no figure that a table does not carry.
+  tables quoted in README.md and docs/*.md  between the lines
+      <!-- generated from docs/results/FOLDER/FILE -->  and  <!-- end generated -->
+                              the file's text, as committed (itself generated or raw)
 """
 
 import difflib
@@ -115,6 +118,10 @@ def results_page(root):
     return "".join(out)
 
 
+QUOTE = re.compile(r"(<!-- generated from (docs/results/[^ ]+) -->\n)(.*?)(<!-- end generated -->)",
+                   re.S)
+
+
 def expected(root):
     """path -> the text its data gives, for every generated file."""
     results = os.path.join(root, "docs", "results")
@@ -127,7 +134,31 @@ def expected(root):
         folder = os.path.join(results, name)
         files[os.path.join(folder, "results.md")] = script_table(folder, script, args)
     files[os.path.join(root, "docs", "RESULTS.md")] = results_page(root)
+    # Quotes last: they may quote a file generated above, as it will be.
+    for path in [os.path.join(root, "README.md")] + sorted(
+            glob.glob(os.path.join(root, "docs", "*.md"))):
+        if path in files:
+            continue
+        with open(path) as f:
+            text = f.read()
+        if "<!-- generated from " in text:
+            files[path] = quoted_with(files, root, text)
     return files
+
+
+def quoted_with(files, root, text):
+    """quoted(), reading a file about to be generated as what it will be."""
+    def fill(match):
+        path = os.path.join(root, match.group(2))
+        if path in files:
+            body = files[path]
+        elif os.path.isfile(path):
+            with open(path) as f:
+                body = f.read()
+        else:
+            raise SystemExit(f"docs_tables: a quote names {match.group(2)}, which does not exist")
+        return match.group(1) + body + ("" if body.endswith("\n") else "\n") + match.group(4)
+    return QUOTE.sub(fill, text)
 
 
 def main(argv):
