@@ -9,7 +9,9 @@ What is generated, and from what:
   docs/results/**/results.md  of every folder with a results.csv (`gradwire bench e2e`'s
                               raw output and the metrics files it names): plot_e2e.py's
                               tables
-  the folders of GENERATORS   each by its own script from its raw files
+  the files of GENERATORS     each by its own script from its raw files
+  **/PREFIXsummary.md         beside a PREFIXruns.jsonl: the summary of the step-time or
+                              overlap script (bench/e2e/*_summary.py) that wrote both
   docs/RESULTS.md             from docs/results/RESULTS.md.in, whose directive lines
                               (alone on a line) expand as follows, FOLDER under docs/results:
       @command FOLDER         FOLDER/command.txt, as a shell block
@@ -37,13 +39,31 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
 import plot_e2e  # noqa: E402
 
-# Tables made by a script of their own: folder -> the script and its arguments after the
-# folder. The script prints the table.
+# Tables made by a script of their own: the file (under docs/results) -> the script (under
+# bench/, or "./NAME" in the file's folder) and its arguments. It runs in the file's folder
+# and prints the table.
 GENERATORS = {
-    "loopback-4workers": ["loopback/loopback_table.py", "none", "fp16", "int8", "auto",
-                          "topk:density=0.01", "2bit"],
-    "ps-staleness-table": ["ps/staleness_table.py"],
+    "loopback-4workers/results.md": ["loopback/loopback_table.py", ".", "none", "fp16",
+                                     "int8", "auto", "topk:density=0.01", "2bit"],
+    "ps-staleness-table/results.md": ["ps/staleness_table.py", "."],
+    "overlap-layout/step-time-loopback/summary.md": ["./summary.py", "runs-cnn.txt",
+                                                     "runs-cnn-wide.txt"],
 }
+
+
+def summaries(results):
+    """The summaries of the step-time and overlap scripts: every PREFIXsummary.md beside a
+    PREFIXruns.jsonl -> the script that made it (step-time runs name their binary)."""
+    found = {}
+    for path in glob.glob(os.path.join(results, "**", "*summary.md"), recursive=True):
+        runs = path[: -len("summary.md")] + "runs.jsonl"
+        if not os.path.exists(runs):
+            continue
+        with open(runs) as f:
+            step_time = '"binary"' in f.readline()
+        script = "e2e/step_time_summary.py" if step_time else "e2e/overlap_summary.py"
+        found[os.path.relpath(path, results)] = [script, os.path.basename(runs)]
+    return found
 
 
 def e2e_tables(folder):
@@ -51,8 +71,9 @@ def e2e_tables(folder):
 
 
 def script_table(folder, script, args):
-    out = subprocess.run([sys.executable, os.path.join(HERE, script), folder] + args,
-                         check=True, capture_output=True, text=True)
+    path = os.path.join(folder, script) if script.startswith("./") else os.path.join(HERE, script)
+    out = subprocess.run([sys.executable, path] + args, cwd=folder, check=True,
+                         capture_output=True, text=True)
     return out.stdout
 
 
@@ -124,15 +145,18 @@ QUOTE = re.compile(r"(<!-- generated from (docs/results/[^ ]+) -->\n)(.*?)(<!-- 
 
 def expected(root):
     """path -> the text its data gives, for every generated file."""
+    root = os.path.abspath(root)
     results = os.path.join(root, "docs", "results")
     files = {}
     for csv_path in sorted(glob.glob(os.path.join(results, "**", "results.csv"),
                                      recursive=True)):
         folder = os.path.dirname(csv_path)
         files[os.path.join(folder, "results.md")] = e2e_tables(folder)
-    for name, (script, *args) in GENERATORS.items():
-        folder = os.path.join(results, name)
-        files[os.path.join(folder, "results.md")] = script_table(folder, script, args)
+    for name, (script, *args) in {**summaries(results), **GENERATORS}.items():
+        path = os.path.join(results, name)
+        if not os.path.isdir(os.path.dirname(path)):
+            raise SystemExit(f"docs_tables: GENERATORS names {name}, not in docs/results")
+        files[path] = script_table(os.path.dirname(path), script, args)
     files[os.path.join(root, "docs", "RESULTS.md")] = results_page(root)
     # Quotes last: they may quote a file generated above, as it will be.
     for path in [os.path.join(root, "README.md")] + sorted(
@@ -165,7 +189,7 @@ def main(argv):
     if len(argv) < 1 or argv[0] not in ("--write", "--check"):
         sys.exit("usage: docs_tables.py --write|--check [REPOSITORY] (default: the one "
                  "holding this script)")
-    root = argv[1] if len(argv) > 1 else os.path.dirname(HERE)
+    root = os.path.abspath(argv[1] if len(argv) > 1 else os.path.dirname(HERE))
     stale = 0
     for path, text in expected(root).items():
         old = open(path).read() if os.path.exists(path) else ""
