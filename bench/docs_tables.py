@@ -8,7 +8,8 @@
 What is generated, and from what:
   docs/results/**/results.md  of every folder with a results.csv (`gradwire bench e2e`'s
                               raw output and the metrics files it names): plot_e2e.py's
-                              tables
+                              tables; verdicts.md beside it where a verdict is given (3
+                              seeds against DDP): @verdicts below
   the files of GENERATORS     each by its own script from its raw files
   **/PREFIXsummary.md         beside a PREFIXruns.jsonl: the summary of the step-time or
                               overlap script (bench/e2e/*_summary.py) that wrote both
@@ -89,7 +90,7 @@ def verdict_lines(folder):
                 continue
             bases = [best] + [c for c in ("ddp:fp16",) if c != best
                               and (model, bw, c) in summary]
-            target = summary[(model, bw, best)]["target"]
+            target, steep = (summary[(model, bw, best)][k] for k in ("target", "steep"))
             lines.append(f"- {model}, {bw}: the best DDP configuration (least mean time to "
                          f"{100 * target:.0f}%) is `{best}`.")
             for config in results.configs:
@@ -100,12 +101,16 @@ def verdict_lines(folder):
                 parts = []
                 for base in bases:
                     theirs = summary[(model, bw, base)]["per_seed"]
-                    train = plot_e2e.ratios(mine, theirs, "train_s")
-                    reach = plot_e2e.ratios(mine, theirs, "target")
-                    parts.append(f"against `{base}`: training {plot_e2e.ratio_text(train)}, "
-                                 f"{plot_e2e.verdict(train)}; time to {100 * target:.0f}% "
-                                 f"{plot_e2e.ratio_text(reach)}, {plot_e2e.verdict(reach)}")
-                lines.append(f"  - `{config}` " + "; ".join(parts) + ".")
+                    figures = []
+                    for field, words in (("train_s", "training"),
+                                         ("steep", f"time to {100 * steep:.0f}%"),
+                                         ("target", f"time to {100 * target:.0f}%")):
+                        r = plot_e2e.ratios(mine, theirs, field)
+                        figures.append(f"{words} {plot_e2e.ratio_text(r)}, {plot_e2e.verdict(r)}")
+                    parts.append(f"against `{base}`: " + "; ".join(figures))
+                floor = plot_e2e.spread([p["over_floor"] for p in mine.values()], ".2f")
+                over = f" (training / the compute floor {floor})" if floor else ""
+                lines.append(f"  - `{config}`{over} " + "; ".join(parts) + ".")
     return "\n".join(lines) + "\n"
 
 
@@ -152,6 +157,9 @@ def expected(root):
                                      recursive=True)):
         folder = os.path.dirname(csv_path)
         files[os.path.join(folder, "results.md")] = e2e_tables(folder)
+        verdicts = verdict_lines(folder)
+        if "faster" in verdicts or "slower" in verdicts or "not resolved" in verdicts:
+            files[os.path.join(folder, "verdicts.md")] = verdicts
     for name, (script, *args) in {**summaries(results), **GENERATORS}.items():
         path = os.path.join(results, name)
         if not os.path.isdir(os.path.dirname(path)):
