@@ -47,6 +47,7 @@ GENERATORS = {
     "loopback-4workers/results.md": ["loopback/loopback_table.py", ".", "none", "fp16",
                                      "int8", "auto", "topk:density=0.01", "2bit"],
     "ps-staleness-table/results.md": ["ps/staleness_table.py", "."],
+    "emulation-rho/results.md": ["emulation/rho_table.py", "../e2e-cnn-2hosts-100mbit-seeds"],
     "overlap-layout/step-time-loopback/summary.md": ["./summary.py", "runs-cnn.txt",
                                                      "runs-cnn-wide.txt"],
 }
