@@ -8,8 +8,8 @@
 What is generated, and from what:
   docs/results/**/results.md  of every folder with a results.csv (`gradwire bench e2e`'s
                               raw output and the metrics files it names): plot_e2e.py's
-                              tables; verdicts.md beside it where a verdict is given (3
-                              seeds against DDP): @verdicts below
+                              tables; beside it verdicts.md (@verdicts below) where a
+                              table has 3 seeds or more and a DDP configuration
   the files of GENERATORS     each by its own script from its raw files
   **/PREFIXsummary.md         beside a PREFIXruns.jsonl: the summary of the step-time or
                               overlap script (bench/e2e/*_summary.py) that wrote both
@@ -17,16 +17,18 @@ What is generated, and from what:
                               (alone on a line) expand as follows, FOLDER under docs/results:
       @command FOLDER         FOLDER/command.txt, as a shell block
       @tables FOLDER          FOLDER's tables (plot_e2e.py's results.md)
-      @verdicts FOLDER        a line per gradwire configuration and table: its training
-                              time and time to the plateau accuracy against the best DDP
+      @verdicts FOLDER        per gradwire configuration and table: its training time over
+                              the compute floor, and its training time and times to the
+                              steep and the plateau accuracy against the best DDP
                               configuration of the table and against DDP fp16, seed by
-                              seed, with the verdict (3 seeds or more)
+                              seed, each with its verdict (3 seeds or more)
       @plots FOLDER           FOLDER's accuracy-against-time and time-to-target plots
-Everything else in the template is copied as written: it holds the conditions and the
-reading of the tables, and no figure that a table does not carry.
-  tables quoted in README.md and docs/*.md  between the lines
+                              Everything else in the template is copied as written: the
+                              conditions and the reading of the tables, and no figure
+                              that a table does not carry.
+  quotes in README.md and docs/*.md: between the lines
       <!-- generated from docs/results/FOLDER/FILE -->  and  <!-- end generated -->
-                              the file's text, as committed (itself generated or raw)
+                              the file's text as committed (or as generated above)
 """
 
 import difflib
@@ -51,6 +53,10 @@ GENERATORS = {
     "overlap-layout/step-time-loopback/summary.md": ["./summary.py", "runs-cnn.txt",
                                                      "runs-cnn-wide.txt"],
 }
+for _bucket in ("scaling-1mb", "scaling-8mb"):  # scaling.sh's world-*.jsonl, in glob order
+    GENERATORS[_bucket + "/results.md"] = [
+        "scaling/fit_scaling.py", "--rate", "100mbit", "--out", "-", "world-16.jsonl",
+        "world-2.jsonl", "world-4.jsonl", "world-8.jsonl"]
 
 
 def summaries(results):
@@ -77,6 +83,14 @@ def script_table(folder, script, args):
     out = subprocess.run([sys.executable, path] + args, cwd=folder, check=True,
                          capture_output=True, text=True)
     return out.stdout
+
+
+def gives_verdicts(folder):
+    """Whether some table of the folder has a DDP configuration and 3 seeds or more."""
+    results = plot_e2e.Results(folder)
+    return any(plot_e2e.best_ddp(results.summary, model, bw, results.configs)
+               and max(s["runs"] for k, s in results.summary.items() if k[:2] == (model, bw)) >= 3
+               for model in results.models for bw in results.bandwidths)
 
 
 def verdict_lines(folder):
@@ -158,14 +172,20 @@ def expected(root):
                                      recursive=True)):
         folder = os.path.dirname(csv_path)
         files[os.path.join(folder, "results.md")] = e2e_tables(folder)
-        verdicts = verdict_lines(folder)
-        if "faster" in verdicts or "slower" in verdicts or "not resolved" in verdicts:
-            files[os.path.join(folder, "verdicts.md")] = verdicts
+        if gives_verdicts(folder):
+            files[os.path.join(folder, "verdicts.md")] = verdict_lines(folder)
     for name, (script, *args) in {**summaries(results), **GENERATORS}.items():
         path = os.path.join(results, name)
         if not os.path.isdir(os.path.dirname(path)):
             raise SystemExit(f"docs_tables: GENERATORS names {name}, not in docs/results")
         files[path] = script_table(os.path.dirname(path), script, args)
+    # A table under docs/results that nothing above makes is a typed table: refuse it.
+    for path in glob.glob(os.path.join(results, "**", "*.md"), recursive=True):
+        name = os.path.basename(path)
+        if name.endswith(("results.md", "summary.md", "verdicts.md")) and path not in files:
+            raise SystemExit(f"docs_tables: {os.path.relpath(path, root)} is made by no "
+                             "generator: add it to GENERATORS (its script and raw data) or "
+                             "remove it")
     files[os.path.join(root, "docs", "RESULTS.md")] = results_page(root)
     # Quotes last: they may quote a file generated above, as it will be.
     for path in [os.path.join(root, "README.md")] + sorted(
@@ -175,12 +195,13 @@ def expected(root):
         with open(path) as f:
             text = f.read()
         if "<!-- generated from " in text:
-            files[path] = quoted_with(files, root, text)
+            files[path] = fill_quotes(text, files, root)
     return files
 
 
-def quoted_with(files, root, text):
-    """quoted(), reading a file about to be generated as what it will be."""
+def fill_quotes(text, files, root):
+    """`text` with every quote filled with its file's text: as `files` will write it where
+    it is generated, else as committed."""
     def fill(match):
         path = os.path.join(root, match.group(2))
         if path in files:

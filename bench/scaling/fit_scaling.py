@@ -59,7 +59,9 @@ def synthetic_load(n, density, shared, w):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("files", nargs="+")
-    parser.add_argument("--out", required=True)
+    parser.add_argument("--out", required=True,
+                        help="folder for fit.json, results.md and scaling.png; '-': print the "
+                             "tables only (bench/docs_tables.py checks them so)")
     parser.add_argument("--rate", default="")
     args = parser.parse_args()
 
@@ -98,8 +100,10 @@ def main():
                          for w, (a_, b_) in per_world.items()},
            "all_worlds": {"alpha_s": alpha_all, "beta_s_per_byte": beta_all},
            "points": len(collectives), "rate": args.rate}
-    with open(f"{args.out}/fit.json", "w") as f:
-        json.dump(fit, f, indent=1)
+    write = args.out != "-"
+    if write:
+        with open(f"{args.out}/fit.json", "w") as f:
+            json.dump(fit, f, indent=1)
 
     md = []
     md.append(f"Alpha-beta fits of the collectives ({args.rate} links), per world size and over "
@@ -180,7 +184,8 @@ def main():
         ax.grid(True, which="both", alpha=0.3)
         ax.legend(fontsize=8)
         fig.tight_layout()
-        fig.savefig(f"{args.out}/scaling.png", dpi=110)
+        if write:
+            fig.savefig(f"{args.out}/scaling.png", dpi=110)
 
     # Every codec's exchange per step for the reference models, from their fp32 gradient
     # bytes and PowerSGD's measured factor bytes (docs/RESULTS.md, 4 workers: contributed
@@ -216,8 +221,9 @@ def main():
                       f"{'-' if int8 is None else f'{int8 * 1e3:.1f}'} | {powersgd * 1e3:.1f} | {same * 1e3:.1f} | "
                       f"{independent * 1e3:.1f} |")
 
-    with open(f"{args.out}/results.md", "w") as f:
-        f.write("\n".join(md) + "\n")
+    if write:
+        with open(f"{args.out}/results.md", "w") as f:
+            f.write("\n".join(md) + "\n")
     print("\n".join(md))
 
 
