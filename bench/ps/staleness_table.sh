@@ -24,7 +24,7 @@ runs=(
   "asp-dc-asgd|--consistency asp --updater dc-asgd --momentum 0.6"
   "asp-dc-asgd-a|--consistency asp --updater dc-asgd-a --momentum 0.6"
   "asp-ddc-asgd|--consistency asp --updater ddc-asgd --momentum 0.6"
-  "asp-sgd-m0.9|--consistency asp --updater sgd"
+  "asp-sgd-m0.9|--consistency asp --updater sgd --momentum 0.9"
 )
 for run in "${runs[@]}"; do
   name=${run%%|*}
