@@ -6,7 +6,8 @@
 Prints Markdown: the targets of issues 3 and 10 (on the 25M-float input) with their
 measured ratios, then a table per input (benchmark names end in /25M, /1M, /cnn_fc1): each
 benchmark's wall time a run, its time over memcpy's, nth_element's and torch::topk's time
-over its own (the references of exact top-k), and the codec's compression ratio.
+over its own (the references of exact top-k), and the codec's compression ratio; then the
+exact selections (select/ALGORITHM/N/RATIO) side by side.
 """
 
 import json
@@ -30,17 +31,24 @@ TARGETS = [
 ]
 
 
+INPUTS = ("25M", "1M", "cnn_fc1")  # bench/bench_inputs.h's labels
+
+
 def load(directory):
-    """input -> {benchmark (without the input): its JSON entry}, inputs in run order."""
+    """(input -> {benchmark without the input: its JSON entry}, inputs in run order;
+    {(n, ratio): {algorithm: entry}} of the selection benchmarks select/ALGORITHM/N/RATIO)."""
     with open(os.path.join(directory, "bench.json")) as f:
         runs = json.load(f)["benchmarks"]
-    by_input = {}
+    by_input, select = {}, {}
     for run in runs:
         if run.get("run_type", "iteration") != "iteration" or run.get("error_occurred"):
             continue
-        name, _, size = run["name"].rpartition("/")
-        by_input.setdefault(size, {})[name] = run
-    return by_input
+        parts = run["name"].split("/")
+        if parts[0] == "select" and len(parts) == 4:
+            select.setdefault((int(parts[2]), int(parts[3])), {})[parts[1]] = run
+        elif parts[-1] in INPUTS:
+            by_input.setdefault(parts[-1], {})["/".join(parts[:-1])] = run
+    return by_input, select
 
 
 def ms(run):
@@ -53,7 +61,7 @@ def fmt(value, spec):
 
 
 def main(directory):
-    by_input = load(directory)
+    by_input, select = load(directory)
     out = []
     big = by_input.get("25M", {})
     if all(b in big and r in big for b, r, *_ in TARGETS):
@@ -76,7 +84,8 @@ def main(directory):
         out.append("| benchmark | time (ms) | x memcpy | nth_element / this | "
                    "torch::topk / this | ratio |")
         out.append("|---|---|---|---|---|---|")
-        for name, run in runs.items():
+        # The references first, then the codecs in the order they ran.
+        for name, run in sorted(runs.items(), key=lambda item: not item[0].startswith("ref/")):
             t = ms(run)
             cells = [f"`{name}`", f"{t:.3f}",
                      fmt(t / ms(memcpy) if memcpy else None, ".2f"),
@@ -84,6 +93,20 @@ def main(directory):
                      fmt(ms(topk) / t if topk else None, ".1f"),
                      fmt(run.get("ratio"), ".1f")]
             out.append("| " + " | ".join(cells) + " |")
+        out.append("")
+    if select:
+        algorithms = sorted({a for runs in select.values() for a in runs})
+        out.append("#### exact top-k selection (k = n / ratio)\n")
+        out.append("| n | ratio | " + " | ".join(f"{a} (ms)" for a in algorithms)
+                   + " | nth_element / radix |")
+        out.append("|---|---|" + "---|" * len(algorithms) + "---|")
+        for (n, ratio), runs in sorted(select.items()):
+            times = {a: ms(runs[a]) for a in runs}
+            speedup = (times["nth_element"] / times["radix"]
+                       if "nth_element" in times and "radix" in times else None)
+            out.append(f"| {n:,} | {ratio} | "
+                       + " | ".join(fmt(times.get(a), ".3f") for a in algorithms)
+                       + f" | {fmt(speedup, '.1f')} |")
         out.append("")
     sys.stdout.write("\n".join(out))
     return 0

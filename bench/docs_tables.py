@@ -49,7 +49,12 @@ GENERATORS = {
     "loopback-4workers/results.md": ["loopback/loopback_table.py", ".", "none", "fp16",
                                      "int8", "auto", "topk:density=0.01", "2bit"],
     "ps-staleness-table/results.md": ["ps/staleness_table.py", "."],
-    "emulation-rho/results.md": ["emulation/rho_table.py", "../e2e-cnn-2hosts-100mbit-seeds"],
+    "emulation-rho/results.md": ["emulation/rho_table.py", "../e2e-cnn-2hosts-100mbit-seeds",
+                                 "../e2e-cnn-wide-2hosts-100mbit-seeds"],
+    "codec-speed/results.md": ["codec_tables.py", "."],
+    "link-rates/results.md": ["emulation/link_rates.py", ".", "20mbit", "1gbit", "10gbit",
+                              "unlimited"],
+    "timeline-cost/results.md": ["timeline/timeline_cost.py", "."],
     "overlap-layout/step-time-loopback/summary.md": ["./summary.py", "runs-cnn.txt",
                                                      "runs-cnn-wide.txt"],
 }
