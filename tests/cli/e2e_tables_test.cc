@@ -151,9 +151,9 @@ TEST(E2eTablesTest, EachSeedAgainstItsOwnFloorAndTheBestDdpWithAVerdictFromThree
     const auto at = md.find("| " + config + " |");
     return at == std::string::npos ? std::string() : md.substr(at, md.find('\n', at) - at);
   };
-  // Columns: system, configuration, seeds, training (s), training / floor, time to 85%, time to 88%, final
-  // accuracy, minus the floor's, time to 88% / DDP's, verdict, training / DDP's, verdict,
-  // bytes per step on the wire.
+  // Columns: system, configuration, seeds, training (s), training / floor, time to 85%, time to
+  // 88%, final accuracy, minus the floor's, time to 88% / DDP's, verdict, training / DDP's,
+  // verdict, bytes per step on the wire.
   EXPECT_NE(md.find("### cnn, 100mbit per host: 3 seeds, mean [min, max]"), std::string::npos)
       << md;
   EXPECT_NE(md.find("time to 88% / `ddp:fp16`'s"), std::string::npos) << md;
