@@ -34,7 +34,7 @@ std::vector<float> cnn_fc1_gradients() {
   torch::manual_seed(0);
   at::set_num_threads(1);
   const Dataset data = load_fashion_mnist(kFashionMnistDir, true);
-  auto model = train::make_model("cnn");
+  auto model = train::make_classifier("cnn");
   torch::optim::SGD sgd(model->parameters(), torch::optim::SGDOptions(0.05).momentum(0.9));
   const auto batch = [&](int64_t step) {
     const int64_t start = (step * kCnnBatch) % (static_cast<int64_t>(data.size()) - kCnnBatch);

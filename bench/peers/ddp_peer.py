@@ -9,11 +9,13 @@ torchrun's variables (RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT, GLOO_SOCKET_IF
         /usr/bin/python3 bench/peers/ddp_peer.py --hook fp16 --model cnn --epochs 3
 
 Same as gradwire train: the models (cnn, cnn-wide, mlp, built in the same order from the
-same seed, so both start from the same weights: compare "initial_checksum"), the data
-(Fashion-MNIST, the same normalization), the sharding (DistributedSampler's permutation,
-reproduced below), per-worker batch, SGD (lr, momentum, weight decay), epochs, one compute
-thread per rank, and the metrics file (JSON Lines: "eval", "epoch" and "summary" events,
-docs/ARCHITECTURE.md). Training time excludes evaluation: the clock stops while rank 0
+same seed, so both start from the same weights: compare "initial_checksum"; gpt, whose
+initial weights come from gradwire: --initial-weights FILE), the data (Fashion-MNIST, the
+same normalization; gpt: the text corpus, the same split and windows), the sharding
+(DistributedSampler's permutation, reproduced below), per-worker batch, the recipe (SGD
+with momentum, or gpt's AdamW with warm-up, cosine and clipping after the exchange;
+--accumulate micro-batches under no_sync()), epochs, one compute thread per rank, and the
+metrics file (JSON Lines: "eval", "epoch" and "summary" events, docs/ARCHITECTURE.md). Training time excludes evaluation: the clock stops while rank 0
 evaluates (on every core, the others waiting at a barrier).
 
 Hooks (--hook): allreduce (DDP's default_hooks.allreduce_hook, what DDP does without a
@@ -31,9 +33,11 @@ ceil(B/W) bytes; the bf16 ring: its chunks), both summed over ranks, as gradwire
 """
 
 import argparse
+import contextlib
 import datetime
 import gzip
 import json
+import math
 import os
 import struct
 import sys
@@ -87,6 +91,58 @@ class Mlp(nn.Module):
         return self.fc3(x)
 
 
+class Block(nn.Module):
+    """gradwire's gpt block (src/gradwire/train/gpt.h): pre-norm causal self-attention and
+    MLP, each added to the residual stream."""
+
+    def __init__(self, width, heads):
+        super().__init__()
+        self.heads = heads
+        self.ln1 = nn.LayerNorm(width)
+        self.qkv = nn.Linear(width, 3 * width)
+        self.proj = nn.Linear(width, width)
+        self.ln2 = nn.LayerNorm(width)
+        self.fc1 = nn.Linear(width, 4 * width)
+        self.fc2 = nn.Linear(4 * width, width)
+
+    def forward(self, x, mask):
+        b, t, d = x.shape
+        hd = d // self.heads
+        q, k, v = (y.view(b, t, self.heads, hd).transpose(1, 2)
+                   for y in self.qkv(self.ln1(x)).split(d, 2))
+        scores = torch.matmul(q, k.transpose(-2, -1)) / math.sqrt(hd)
+        scores = scores.masked_fill(mask, float("-inf"))
+        attended = torch.matmul(torch.softmax(scores, -1), v)
+        x = x + self.proj(attended.transpose(1, 2).contiguous().view(b, t, d))
+        return x + self.fc2(F.gelu(self.fc1(self.ln2(x))))
+
+
+class Gpt(nn.Module):
+    """gradwire's `gpt`: bytes, context 128, width 128, 4 layers of 4 heads, the token
+    embedding tied to the output layer. Its weights come from gradwire
+    (--initial-weights), so both sides start from the same ones."""
+
+    def __init__(self, vocabulary=256, context=128, width=128, layers=4, heads=4):
+        super().__init__()
+        self.context = context
+        self.wte = nn.Embedding(vocabulary, width)
+        self.wpe = nn.Parameter(torch.zeros(context, width))
+        self.blocks = nn.ModuleList(Block(width, heads) for _ in range(layers))
+        self.ln_f = nn.LayerNorm(width)
+        self.lm_head = nn.Linear(width, vocabulary, bias=False)
+        self.lm_head.weight = self.wte.weight
+        # A plain attribute, not a buffer: DDP would broadcast it, and Gloo has no bool.
+        self.mask = torch.ones(context, context, dtype=torch.bool).triu(1)
+
+    def forward(self, tokens):
+        t = tokens.size(1)
+        x = self.wte(tokens) + self.wpe[:t]
+        mask = self.mask[:t, :t]
+        for block in self.blocks:
+            x = block(x, mask)
+        return self.lm_head(self.ln_f(x))
+
+
 def make_model(name):
     if name == "cnn":
         return Cnn(128)
@@ -94,7 +150,34 @@ def make_model(name):
         return Cnn(2048)
     if name == "mlp":
         return Mlp()
-    raise SystemExit(f"ddp_peer: unknown model '{name}'; available: cnn, cnn-wide, mlp")
+    if name == "gpt":
+        return Gpt()
+    raise SystemExit(f"ddp_peer: unknown model '{name}'; available: cnn, cnn-wide, mlp, gpt")
+
+
+def load_initial_weights(model, path):
+    """Copies the weights gradwire wrote (`gradwire train --save-initial-weights`, format in
+    src/gradwire/train/workload.h) into `model`, checking names and shapes."""
+    if not os.path.exists(path):
+        raise SystemExit(f"ddp_peer: initial weights {path} not found: write them with "
+                         "gradwire train --model M --seed S --save-initial-weights FILE")
+    with open(path, "rb") as f:
+        if f.readline() != b"gradwire-weights 1\n":
+            raise SystemExit(f"ddp_peer: {path} is not a gradwire weights file")
+        header = json.loads(f.readline())
+        data = f.read()
+    named = list(model.named_parameters())
+    if [(h["name"], h["shape"]) for h in header] != [(n, list(p.shape)) for n, p in named]:
+        raise SystemExit(f"ddp_peer: {path} holds other parameters than this model's")
+    offset = 0
+    with torch.no_grad():
+        for _, p in named:
+            n = p.numel() * 4
+            p.copy_(torch.frombuffer(bytearray(data[offset:offset + n]),
+                                     dtype=torch.float32).view(p.shape))
+            offset += n
+    if offset != len(data):
+        raise SystemExit(f"ddp_peer: {path} has {len(data) - offset} bytes too many")
 
 
 def read_idx(path, magic):
@@ -118,6 +201,139 @@ def load_fashion_mnist(directory, train, limit):
     x = x.reshape(keep, 1, 28, 28).to(torch.float32).div_(255.0).sub_(MEAN).div_(STD)
     y = torch.frombuffer(bytearray(labels[8:8 + keep]), dtype=torch.uint8).to(torch.int64)
     return x, y
+
+
+BIBLE_CORPUS = "/var/cache/gradwire/kjv.txt"
+
+
+def load_text_corpus(path, validation_fraction=0.1):
+    """gradwire's load_text_corpus: bytes; the validation text from the first line that
+    starts at or after the last `validation_fraction` of the file."""
+    if not os.path.exists(path):
+        raise SystemExit(f"ddp_peer: text corpus {path} not found: run scripts/install_deps.sh "
+                         "or pass --corpus FILE")
+    with open(path, "rb") as f:
+        text = f.read()
+    split = int(len(text) * (1 - validation_fraction))
+    while 0 < split < len(text) and text[split - 1] != ord("\n"):
+        split += 1
+    as_tensor = lambda b: torch.frombuffer(bytearray(b), dtype=torch.uint8).to(torch.int64)
+    return as_tensor(text[:split]), as_tensor(text[split:])
+
+
+def windows(text, context, indices):
+    """Inputs and targets of the windows `indices` (gradwire's TextWindows::batch)."""
+    starts = torch.as_tensor(indices, dtype=torch.int64) * context
+    offsets = starts[:, None] + torch.arange(context + 1)
+    chunk = text[offsets]
+    return chunk[:, :-1], chunk[:, 1:]
+
+
+class ImageJob:
+    """Fashion-MNIST classification; metric: test accuracy."""
+    metric, higher_is_better = "test_accuracy", True
+
+    def __init__(self, args, root):
+        self.x, self.y = load_fashion_mnist(args.data_dir, True, args.train_limit)
+        self.test = load_fashion_mnist(args.data_dir, False, args.test_limit) if root else None
+
+    def train_size(self):
+        return len(self.y)
+
+    def loss(self, model, batch):
+        return F.cross_entropy(model(self.x.index_select(0, batch)), self.y.index_select(0, batch))
+
+    def evaluate(self, model):
+        return evaluate(model, *self.test)
+
+    def no_decay(self):
+        return set()
+
+
+class TextJob:
+    """gpt on the text corpus: a sample is a window of 129 bytes; metric: the validation
+    loss in nats per character on 256 windows spread over the validation text (or
+    --test-limit of them), as gradwire's TextWorkload."""
+    metric, higher_is_better = "val_loss", False
+    context = 128
+
+    def __init__(self, args, root):
+        train, validation = load_text_corpus(args.corpus)
+        self.text = train
+        self.size = (len(train) - 1) // self.context
+        if 0 < args.train_limit < self.size:
+            self.size = args.train_limit
+        if root:
+            count = (len(validation) - 1) // self.context
+            n = min(count, args.test_limit if args.test_limit > 0 else 256)
+            self.eval = windows(validation, self.context, [i * count // n for i in range(n)])
+
+    def train_size(self):
+        return self.size
+
+    def loss(self, model, batch):
+        x, y = windows(self.text, self.context, batch)
+        logits = model(x)
+        return F.cross_entropy(logits.reshape(-1, logits.size(-1)), y.reshape(-1))
+
+    def evaluate(self, model):
+        threads = torch.get_num_threads()
+        torch.set_num_threads(os.cpu_count() or 1)
+        model.eval()
+        x, y = self.eval
+        total = 0.0
+        with torch.no_grad():
+            for start in range(0, len(x), 32):
+                logits = model(x[start:start + 32])
+                loss = F.cross_entropy(logits.reshape(-1, logits.size(-1)),
+                                       y[start:start + 32].reshape(-1))
+                total += float(loss) * len(logits)
+        model.train()
+        torch.set_num_threads(threads)
+        return total / len(x) if len(x) else 0.0
+
+    def no_decay(self):
+        return {"wte.weight", "wpe"}
+
+
+def recipe(args):
+    """gradwire's recipe (src/gradwire/train/recipe.h): the model's, with what is given."""
+    gpt = args.model == "gpt"
+    r = {"optimizer": "adamw" if gpt else "sgd", "lr": 2e-3 if gpt else 0.05, "momentum": 0.9,
+         "weight_decay": 0.1 if gpt else 0.0, "schedule": "cosine" if gpt else "constant",
+         "warmup": 0.05 if gpt else 0.0, "clip_norm": 1.0 if gpt else 0.0}
+    for key in r:
+        given = getattr(args, key)
+        if given is not None:
+            r[key] = given
+    return r
+
+
+def lr_at(r, step, steps):
+    """Recipe::lr_at: linear warm-up over warmup x steps, then cosine to a tenth."""
+    if r["schedule"] == "constant":
+        return r["lr"]
+    warmup_steps = math.floor(r["warmup"] * steps)
+    if step < warmup_steps:
+        return r["lr"] * (step + 1) / warmup_steps
+    decay_steps = steps - warmup_steps
+    p = (step - warmup_steps) / (decay_steps - 1) if decay_steps > 1 else 1.0
+    low = 0.1 * r["lr"]
+    return low + (r["lr"] - low) * (1 + math.cos(math.pi * min(1.0, p))) / 2
+
+
+def make_optimizer(r, model, no_decay):
+    """SGD on every parameter, or AdamW (betas 0.9, 0.99) with two groups: the weight
+    matrices decayed, the rest (norms, biases, embeddings) not."""
+    if r["optimizer"] == "sgd":
+        return torch.optim.SGD(model.parameters(), lr=r["lr"], momentum=r["momentum"],
+                               weight_decay=r["weight_decay"])
+    named = list(model.named_parameters())
+    decayed = [p for n, p in named if p.dim() >= 2 and n not in no_decay]
+    kept = [p for n, p in named if not (p.dim() >= 2 and n not in no_decay)]
+    groups = [g for g in ({"params": decayed, "weight_decay": r["weight_decay"]},
+                          {"params": kept, "weight_decay": 0.0}) if g["params"]]
+    return torch.optim.AdamW(groups, lr=r["lr"], betas=(0.9, 0.99), eps=1e-8)
 
 
 def shard(dataset_size, rank, world_size, seed, epoch):
@@ -293,17 +509,35 @@ class TrainingClock:
         return self.banked + (time.monotonic() - self.started if self.started is not None else 0)
 
 
+def show(job, value):
+    """gradwire's Metric::show."""
+    if job.higher_is_better:
+        return f"{job.metric} {100 * value:.2f}%"
+    return f"{job.metric} {value:.4f}"
+
+
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--hook", choices=["allreduce", "fp16", "bf16", "powersgd"], default="allreduce")
     p.add_argument("--model", default="cnn")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32, help="per worker")
-    p.add_argument("--lr", type=float, default=0.05)
-    p.add_argument("--momentum", type=float, default=0.9)
-    p.add_argument("--weight-decay", type=float, default=0.0)
+    # The recipe: what is not given is the model's (gradwire's recipe.h).
+    p.add_argument("--optimizer", choices=["sgd", "adamw"])
+    p.add_argument("--lr", type=float)
+    p.add_argument("--momentum", type=float)
+    p.add_argument("--weight-decay", type=float)
+    p.add_argument("--lr-schedule", dest="schedule", choices=["constant", "cosine"])
+    p.add_argument("--warmup", type=float)
+    p.add_argument("--clip-norm", type=float)
+    p.add_argument("--accumulate", type=int, default=1,
+                   help="micro-batches per step, all but the last under ddp.no_sync()")
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--data-dir", default=FASHION_MNIST_DIR)
+    p.add_argument("--corpus", default=BIBLE_CORPUS, help="gpt's text file")
+    p.add_argument("--initial-weights", default="",
+                   help="start from gradwire's weights (gradwire train --save-initial-weights); "
+                        "required for gpt, whose initialization libtorch's generator draws")
     p.add_argument("--train-limit", type=int, default=0)
     p.add_argument("--test-limit", type=int, default=0)
     p.add_argument("--eval-every", type=int, default=0, help="also evaluate every N steps")
@@ -325,8 +559,13 @@ def main(argv):
         size, world, rank, seed, epoch = (int(v) for v in args.print_shard.split(","))
         print(json.dumps(shard(size, rank, world, seed, epoch)))
         return 0
-    if args.epochs < 1 or args.batch_size < 1 or not args.lr > 0:
-        raise SystemExit("ddp_peer: --epochs and --batch-size must be at least 1, --lr positive")
+    r = recipe(args)
+    if args.epochs < 1 or args.batch_size < 1 or args.accumulate < 1 or not r["lr"] > 0:
+        raise SystemExit("ddp_peer: --epochs, --batch-size and --accumulate must be at least 1, "
+                         "--lr positive")
+    if args.model == "gpt" and not args.initial_weights:
+        raise SystemExit("ddp_peer: gpt needs --initial-weights FILE (gradwire train --model gpt "
+                         "--seed S --save-initial-weights FILE)")
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(args.threads)
     timeout = datetime.timedelta(seconds=float(os.environ.get("GRADWIRE_TIMEOUT", "300")))
@@ -336,10 +575,11 @@ def main(argv):
     rank, world = dist.get_rank(), dist.get_world_size()
     root = rank == 0
 
-    train_x, train_y = load_fashion_mnist(args.data_dir, True, args.train_limit)
-    test_x, test_y = load_fashion_mnist(args.data_dir, False, args.test_limit) if root else (None, None)
+    job = TextJob(args, root) if args.model == "gpt" else ImageJob(args, root)
     torch.manual_seed(args.seed)
     model = make_model(args.model)
+    if args.initial_weights:
+        load_initial_weights(model, args.initial_weights)
     bucket_mb = args.bucket_mb
     if args.hook == "powersgd":
         # PowerSGD's hook sends its second allreduce (Q) from the first's (P) callback. With
@@ -349,18 +589,20 @@ def main(argv):
         bucket_mb = max(bucket_mb, 4 * sum(p.numel() for p in model.parameters()) / 2**20 + 1)
         dist._DEFAULT_FIRST_BUCKET_BYTES = int(bucket_mb * 2**20)
     ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
-    per_rank = (len(train_y) + world - 1) // world
-    steps = (per_rank + args.batch_size - 1) // args.batch_size
+    per_rank = (job.train_size() + world - 1) // world
+    step_samples = args.batch_size * args.accumulate
+    steps = (per_rank + step_samples - 1) // step_samples
     counter = ByteCounter()
     codec = register_hook(ddp, args, steps * args.epochs, counter)
-    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=args.momentum,
-                                weight_decay=args.weight_decay)
+    optimizer = make_optimizer(r, model, job.no_decay())
     initial_checksum = parameter_crc32(model)
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
     metrics = open(args.metrics, "w") if root and args.metrics else None
     if root:
-        print(f"{world} workers, model {args.model}, DDP {codec}, {len(train_y)} training "
-              f"samples, batch {args.batch_size} per worker", flush=True)
+        micro = f" x {args.accumulate} micro-batches" if args.accumulate > 1 else ""
+        print(f"{world} workers, model {args.model}, DDP {codec}, {job.train_size()} training "
+              f"samples, batch {args.batch_size} per worker{micro}, {r['optimizer']} lr "
+              f"{r['lr']:g}", flush=True)
 
     def write(line):
         if metrics:
@@ -368,13 +610,13 @@ def main(argv):
             metrics.flush()
 
     clock = TrainingClock()
-    state = {"step": 0, "evaluated": 0, "accuracy": 0.0}
+    state = {"step": 0, "evaluated": 0, "quality": 0.0}
 
     def evaluate_now(epoch):  # with the clock paused
         if root:
-            state["accuracy"] = evaluate(model, test_x, test_y)
+            state["quality"] = job.evaluate(model)
             write({"event": "eval", "epoch": epoch, "step": state["step"],
-                   "train_s": clock.seconds(), "test_accuracy": state["accuracy"]})
+                   "train_s": clock.seconds(), job.metric: state["quality"]})
         dist.barrier()
         state["evaluated"] = state["step"]
 
@@ -387,18 +629,32 @@ def main(argv):
     progress_every = max(1, (steps + 3) // 4)
     last = {}
     for epoch in range(1, args.epochs + 1):
-        indices = torch.tensor(shard(len(train_y), rank, world, args.seed, epoch), dtype=torch.int64)
+        indices = torch.tensor(shard(job.train_size(), rank, world, args.seed, epoch),
+                               dtype=torch.int64)
         clock.resume()
         epoch_start = clock.seconds()
         loss_sum, samples = 0.0, 0
         for step in range(steps):
-            batch = indices[step * args.batch_size:(step + 1) * args.batch_size]
-            optimizer.zero_grad()
-            loss = F.cross_entropy(ddp(train_x.index_select(0, batch)), train_y.index_select(0, batch))
-            loss.backward()
+            batch = indices[step * step_samples:(step + 1) * step_samples]
+            optimizer.zero_grad(set_to_none=True)
+            # gradwire's take_step: micro-batches weighted by their share of the batch, all
+            # but the last under no_sync(); the clip sees the averaged gradient.
+            micro_batches = batch.split(args.batch_size)
+            for k, part in enumerate(micro_batches):
+                context = ddp.no_sync() if k + 1 < len(micro_batches) else contextlib.nullcontext()
+                with context:
+                    loss = job.loss(ddp, part)
+                    loss_sum += loss.item() * len(part)
+                    if len(part) < len(batch):
+                        loss = loss * (len(part) / len(batch))
+                    loss.backward()
+            if r["clip_norm"] > 0:
+                torch.nn.utils.clip_grad_norm_(model.parameters(), r["clip_norm"])
+            if r["schedule"] != "constant":
+                for group in optimizer.param_groups:
+                    group["lr"] = lr_at(r, state["step"], steps * args.epochs)
             optimizer.step()
             state["step"] += 1
-            loss_sum += loss.item() * len(batch)
             samples += len(batch)
             if root and args.progress == "lines" and ((step + 1) % progress_every == 0 or step + 1 == steps):
                 rate = samples * world / max(1e-9, clock.seconds() - epoch_start)
@@ -418,15 +674,15 @@ def main(argv):
         wire = all_ranks_sum(counter.wire)
         dense = 4.0 * numel * state["step"] * world
         dense_wire = ring_allreduce_wire_bytes(4 * numel, world) * state["step"] * world
-        last = {"epoch": epoch, "train_loss": mean_loss, "test_accuracy": state["accuracy"],
+        last = {"epoch": epoch, "train_loss": mean_loss, job.metric: state["quality"],
                 "elapsed_s": time.monotonic() - job_start, "train_s": clock.seconds(),
                 "steps": state["step"], "samples_per_s": samples * world / train_s,
                 "bytes_contributed": int(contributed), "bytes_on_wire": int(wire),
                 "bytes_dense": int(dense), "bytes_dense_on_wire": int(dense_wire)}
         write(dict(last, event="epoch"))
         if root:
-            print(f"epoch {epoch}/{args.epochs}: train_loss {mean_loss:.4f} test_accuracy "
-                  f"{100 * state['accuracy']:.2f}% {train_s:.1f} s on the wire "
+            print(f"epoch {epoch}/{args.epochs}: train_loss {mean_loss:.4f} "
+                  f"{show(job, state['quality'])} {train_s:.1f} s on the wire "
                   f"{wire / 1e6:.2f} MB ({wire / dense_wire if dense_wire else 0:.4f} of dense "
                   f"fp32's)", flush=True)
 
@@ -435,12 +691,13 @@ def main(argv):
     dist.all_gather_object(gathered, checksum)
     summary = dict(last, event="summary", elapsed_s=time.monotonic() - job_start,
                    train_s=clock.seconds(), workers=world, strategy="ddp", compressor=args.hook,
-                   codec=codec, model=args.model, batch_size=args.batch_size,
+                   codec=codec, model=args.model, metric=job.metric, batch_size=args.batch_size,
+                   recipe=dict(r, accumulate=args.accumulate),
                    initial_checksum=initial_checksum, param_checksums=gathered)
     write(summary)
     if root:
-        print(f"summary: {world} workers, {args.model}, DDP {args.hook}: test accuracy "
-              f"{100 * summary['test_accuracy']:.2f}%, {summary['train_s']:.1f} s training, "
+        print(f"summary: {world} workers, {args.model}, DDP {args.hook}: "
+              f"{show(job, summary[job.metric])}, {summary['train_s']:.1f} s training, "
               f"bytes_on_wire/bytes_dense_on_wire "
               f"{summary['bytes_on_wire'] / max(1, summary['bytes_dense_on_wire']):.4f}, "
               f"ranks' parameters {'identical' if len(set(gathered)) == 1 else 'DIFFER'}",

@@ -83,4 +83,63 @@ TEST(DdpPeerTest, PlainAllreduceFollowsGradwireNoneStepForStep) {
   }
 }
 
+// gpt with its recipe (AdamW, warm-up and cosine, clipping) and 2 micro-batches per step:
+// the peer starts from the weights gradwire wrote (the same checksum), and the validation
+// loss follows gradwire's `none` evaluation for evaluation.
+TEST(DdpPeerTest, GptWithAccumulationFollowsGradwireNone) {
+  // A corpus of its own: 20 KB of lines of words, the last 10% validation.
+  const std::string corpus = temp_path("corpus.txt");
+  {
+    std::ofstream out(corpus);
+    const char* words[] = {"and", "the", "light", "was", "good", "in", "beginning", "God"};
+    uint32_t state = 7;
+    for (int line = 0; line < 400; ++line) {
+      for (int w = 0; w < 8; ++w) {
+        state = state * 1664525u + 1013904223u;
+        out << (w ? " " : "") << words[(state >> 16) % 8];
+      }
+      out << ".\n";
+    }
+  }
+  const std::string weights = temp_path("gpt.weights");
+  auto r = run_command(std::string(GRADWIRE_CLI) + " train --model gpt --seed 3 --corpus " +
+                           corpus + " --save-initial-weights " + weights,
+                       120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  // 64 windows, 2 ranks x 2 micro-batches x 4: 4 steps; evaluations at steps 2 and 4.
+  const std::string args = " --model gpt --seed 3 --corpus " + corpus +
+                           " --epochs 1 --batch-size 4 --accumulate 2 --train-limit 64 "
+                           "--test-limit 8 --eval-every 2 --progress none --metrics ";
+  const std::string ours = temp_path("gpt_gradwire.jsonl");
+  const std::string theirs = temp_path("gpt_ddp.jsonl");
+  r = run_command(
+      std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1 --compressor none" + args + ours,
+      300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_command(std::string(GRADWIRE_CLI) + " run -n 2 -- /usr/bin/python3 " + GRADWIRE_DDP_PEER +
+                      " --hook allreduce --initial-weights " + weights + args + theirs,
+                  300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto a = read_events(ours, "summary"), b = read_events(theirs, "summary");
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(a[0]["initial_checksum"], b[0]["initial_checksum"]);
+  EXPECT_EQ(a[0]["steps"], 4);
+  EXPECT_EQ(b[0]["steps"], 4);
+  EXPECT_EQ(a[0]["metric"], "val_loss");
+  EXPECT_EQ(b[0]["metric"], "val_loss");
+  EXPECT_EQ(a[0]["recipe"]["optimizer"], "adamw");
+  EXPECT_EQ(b[0]["recipe"]["optimizer"], "adamw");
+  EXPECT_EQ(a[0]["bytes_contributed"], b[0]["bytes_contributed"]);  // one exchange a step
+  const auto ea = read_events(ours, "eval"), eb = read_events(theirs, "eval");
+  ASSERT_EQ(ea.size(), 2u);
+  ASSERT_EQ(eb.size(), 2u);
+  for (size_t i = 0; i < ea.size(); ++i) {
+    EXPECT_EQ(ea[i]["step"], eb[i]["step"]);
+    EXPECT_NEAR(ea[i]["val_loss"].get<double>(), eb[i]["val_loss"].get<double>(), 1e-3)
+        << "at step " << ea[i]["step"];
+  }
+  for (const auto& f : {corpus, weights, ours, theirs}) std::filesystem::remove(f);
+}
+
 }  // namespace

@@ -20,7 +20,10 @@
 #include "gradwire/launch/launcher.h"
 #include "gradwire/strategy/ps/updater.h"
 #include "gradwire/strategy/registry.h"
+#include "gradwire/text_corpus.h"
+#include "gradwire/train/recipe.h"
 #include "gradwire/train/trainer.h"
+#include "gradwire/train/workload.h"
 
 namespace gradwire::cli {
 namespace {
@@ -35,8 +38,8 @@ struct TrainArgs {
   int master_port = 0;
   int max_restarts = 0;
   bool worker = false;
-  bool momentum_given = false;  // --momentum on the command line
   std::string progress = "auto";
+  std::string save_initial_weights;
 #ifdef GRADWIRE_FAULT_INJECTION
   std::string test_worker_exit;  // "R:S"
 #endif
@@ -70,82 +73,24 @@ std::string self_executable() {
   return std::string(path, static_cast<size_t>(n));
 }
 
-std::vector<std::string> worker_command(const TrainArgs& a) {
+// The command each worker runs: this tool with every option the user gave `train`, then
+// --worker and what the launcher resolved (a later option overrides an earlier one), so an
+// option reaches the workers without being listed here.
+std::vector<std::string> worker_command(const TrainArgs& a, const CLI::App& train) {
+  std::vector<std::string> cmd{self_executable(), "train"};
+  for (const CLI::Option* option : train.get_options()) {
+    if (option->count() == 0 || option->get_name() == "--help") continue;
+    const std::string name = option->get_name();
+    if (option->get_expected_min() == 0) {  // a flag
+      cmd.push_back(name);
+      continue;
+    }
+    for (const auto& value : option->results()) cmd.insert(cmd.end(), {name, value});
+  }
   const auto& o = a.options;
-  std::vector<std::string> cmd{
-      self_executable(),
-      "train",
-      "--worker",
-      "--model",
-      o.model,
-      "--strategy",
-      o.exchange.strategy,
-      "--compressor",
-      o.exchange.compressor,
-      "--bucket-mb",
-      std::to_string(o.exchange.bucket_bytes / double(1 << 20)),
-      "--overlap",
-      o.exchange.overlap ? "on" : "off",
-      "--bucket-layout",
-      o.exchange.measured_buckets ? "measured" : "fixed",
-      "--sparse-aggregation",
-      o.exchange.sparse_aggregation,
-      "--link-bandwidth",
-      std::to_string(static_cast<uint64_t>(o.exchange.link_bits_per_s)) + "bit",
-      "--link-latency-us",
-      std::to_string(o.exchange.link_latency_s * 1e6),
-      "--epochs",
-      std::to_string(o.epochs),
-      "--batch-size",
-      std::to_string(o.batch_size),
-      "--lr",
-      std::to_string(o.lr),
-      "--momentum",
-      std::to_string(o.momentum),
-      "--weight-decay",
-      std::to_string(o.weight_decay),
-      "--consistency",
-      o.exchange.ps.consistency,
-      "--updater",
-      o.exchange.ps.updater,
-      "--pull",
-      o.exchange.ps.pull,
-      "--on-worker-loss",
-      a.on_worker_loss,
-      "--worker-timeout",
-      std::to_string(o.exchange.ps.worker_timeout_s),
-      "--checkpoint-every",
-      std::to_string(o.exchange.ps.checkpoint_every),
-      "--seed",
-      std::to_string(o.seed),
-      "--train-limit",
-      std::to_string(o.train_limit),
-      "--test-limit",
-      std::to_string(o.test_limit),
-      "--eval-every",
-      std::to_string(o.eval_every),
-      "--threads",
-      std::to_string(a.threads),
-      "--progress",
-      a.progress};
-  if (o.exchange.strategy == "gossip") {
-    cmd.insert(cmd.end(), {"--topology", o.exchange.gossip.topology, "--gossip-trigger",
-                           o.exchange.gossip.trigger, "--gossip-merge", o.exchange.gossip.merge,
-                           "--peer-timeout", std::to_string(o.exchange.gossip.peer_timeout_s)});
-    if (o.exchange.gossip.wait) cmd.push_back("--gossip-wait");
-  }
-  if (!o.data_dir.empty()) cmd.insert(cmd.end(), {"--data-dir", o.data_dir});
-  if (!o.metrics_path.empty()) cmd.insert(cmd.end(), {"--metrics", o.metrics_path});
-  if (!o.timeline_path.empty()) cmd.insert(cmd.end(), {"--timeline", o.timeline_path});
-  if (!o.worker_speed.empty()) cmd.insert(cmd.end(), {"--worker-speed", o.worker_speed});
-#ifdef GRADWIRE_FAULT_INJECTION
-  if (!a.test_worker_exit.empty()) {
-    cmd.insert(cmd.end(), {"--test-worker-exit", a.test_worker_exit});
-  }
-#endif
-  if (!o.exchange.ps.checkpoint_dir.empty()) {
-    cmd.insert(cmd.end(), {"--checkpoint-dir", o.exchange.ps.checkpoint_dir});
-  }
+  cmd.insert(cmd.end(), {"--worker", "--compressor", o.exchange.compressor, "--threads",
+                         std::to_string(a.threads), "--progress", a.progress});
+  if (o.momentum) cmd.insert(cmd.end(), {"--momentum", std::to_string(*o.momentum)});
   return cmd;
 }
 
@@ -171,7 +116,7 @@ int run_worker(TrainArgs& a) {
   return result.checksums_equal ? 0 : 4;
 }
 
-int launch_workers(TrainArgs& a) {
+int launch_workers(TrainArgs& a, const CLI::App& train) {
   if (a.workers < 1) throw ConfigError("--workers must be at least 1");
   a.options.exchange.compressor =
       strategy::codec_or_default(a.options.exchange.compressor, a.options.exchange.strategy);
@@ -201,18 +146,18 @@ int launch_workers(TrainArgs& a) {
     throw ConfigError("--worker-speed applies to --strategy ps");
   }
   if (a.options.exchange.strategy == "ps" && a.options.exchange.ps.consistency != "bsp" &&
-      !a.momentum_given) {
-    // The default momentum is BSP's; asynchronous workers add their own (updater.h).
-    const double synchronous = a.options.momentum;
+      !a.options.momentum) {
+    // The recipe's momentum is BSP's; asynchronous workers add their own (updater.h).
+    const double synchronous = train::recipe_of(a.options).momentum;
     a.options.momentum = strategy::ps::asynchronous_momentum(synchronous, a.workers);
     std::fprintf(stderr,
                  "gradwire train: momentum %.2f for %d asynchronous workers (%.2f less the "
                  "1 - 1/%d that asynchrony adds, at least 0; --momentum sets it)\n",
-                 a.options.momentum, a.workers, synchronous, a.workers);
+                 *a.options.momentum, a.workers, synchronous, a.workers);
   }
   launch.master_port = a.master_port;
   launch.max_restarts = a.max_restarts;
-  launch.command = worker_command(a);
+  launch.command = worker_command(a, train);
   launch.threads_per_process = a.threads;
   const auto result = launch::run_processes(launch);
   if (result.exit_code != 0) {
@@ -225,12 +170,17 @@ int launch_workers(TrainArgs& a) {
 
 void add_train_command(CLI::App& app, int& exit_code) {
   auto args = std::make_shared<TrainArgs>();
-  auto* cmd =
-      app.add_subcommand("train", "Train the built-in Fashion-MNIST job on N local workers");
+  auto* cmd = app.add_subcommand("train",
+                                 "Train a built-in job (Fashion-MNIST classifiers, a byte-level "
+                                 "transformer on the King James Bible) on N local workers");
+  // A later option overrides an earlier one: the launcher appends what it resolved.
+  cmd->option_defaults()->multi_option_policy(CLI::MultiOptionPolicy::TakeLast);
   auto& o = args->options;
   cmd->add_option("--workers,-n", args->workers, "Number of worker processes")
       ->capture_default_str();
-  cmd->add_option("--model", o.model, "cnn, cnn-wide or mlp")->capture_default_str();
+  cmd->add_option("--model", o.model, "cnn, cnn-wide, mlp (Fashion-MNIST) or gpt (text)")
+      ->capture_default_str()
+      ->check(CLI::IsMember(train::model_names()));
   cmd->add_option("--strategy", o.exchange.strategy, "Exchange strategy: allreduce, ps or gossip")
       ->capture_default_str()
       ->check(CLI::IsMember(strategy::strategy_names()));
@@ -278,7 +228,6 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--peer-timeout", o.exchange.gossip.peer_timeout_s,
                   "Gossip: seconds of silence after which a peer is presumed lost")
       ->capture_default_str();
-  cmd->add_option("--weight-decay", o.weight_decay, "SGD weight decay")->capture_default_str();
   cmd->add_option("--compressor", o.exchange.compressor,
                   "Codec spec (none, fp16, int8, topk:density=0.01, powersgd:rank=2, ...), a "
                   "layer policy (conv=...,fc=...,other=...), or an adaptive codec: auto "
@@ -331,13 +280,52 @@ void add_train_command(CLI::App& app, int& exit_code) {
       "One message step's time in the cost model, in microseconds (default 50)");
   cmd->add_option("--epochs", o.epochs)->capture_default_str();
   cmd->add_option("--batch-size", o.batch_size, "Per-worker batch size")->capture_default_str();
-  cmd->add_option("--lr", o.lr, "SGD learning rate")->capture_default_str();
-  cmd->add_option("--momentum", o.momentum, "SGD momentum")->capture_default_str();
+  // The recipe (src/gradwire/train/recipe.h): what is not given is the model's.
+  const auto optional_number = [&](const std::string& name, std::optional<double>& field,
+                                   const std::string& help) {
+    cmd->add_option_function<double>(
+        name, [&field](double v) { field = v; }, help);
+  };
+  const auto optional_word = [&](const std::string& name, std::optional<std::string>& field,
+                                 const std::string& help, std::vector<std::string> words) {
+    cmd->add_option_function<std::string>(
+           name, [&field](const std::string& v) { field = v; }, help)
+        ->check(CLI::IsMember(std::move(words)));
+  };
+  optional_word("--optimizer", o.optimizer, "sgd or adamw (default: the model's: sgd, gpt adamw)",
+                {"sgd", "adamw"});
+  optional_number("--lr", o.lr, "Peak learning rate (default: the model's: 0.05, gpt 0.002)");
+  optional_number("--momentum", o.momentum, "SGD momentum (default 0.9)");
+  optional_number("--weight-decay", o.weight_decay,
+                  "Weight decay: SGD on every parameter, AdamW decoupled on weight matrices "
+                  "(default: 0, gpt 0.1)");
+  optional_word("--lr-schedule", o.lr_schedule,
+                "constant, or cosine (linear warm-up, then cosine decay to 0.1 x lr) "
+                "(default: the model's: constant, gpt cosine)",
+                {"constant", "cosine"});
+  optional_number("--warmup", o.warmup,
+                  "Warm-up of the cosine schedule, as a fraction of the run's steps "
+                  "(default: gpt 0.05)");
+  optional_number("--clip-norm", o.clip_norm,
+                  "Clip the exchanged gradient's global norm to this before each step; 0: none "
+                  "(default: 0, gpt 1)");
+  cmd->add_option("--accumulate", o.accumulate,
+                  "Micro-batches of --batch-size per step, all but the last backward inside "
+                  "no_sync()")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
+  cmd->add_option("--corpus", o.corpus, "gpt's text file")->default_str(kBibleCorpusPath);
+  cmd->add_option("--save-initial-weights", args->save_initial_weights,
+                  "Write the model's initial weights for --seed to FILE and exit (for "
+                  "bench/peers/ddp_peer.py --initial-weights)");
   cmd->add_option("--seed", o.seed)->capture_default_str();
   cmd->add_option("--data-dir", o.data_dir, "Fashion-MNIST directory")
       ->default_str(kFashionMnistDir);
-  cmd->add_option("--train-limit", o.train_limit, "Use only the first N training samples (0: all)");
-  cmd->add_option("--test-limit", o.test_limit, "Use only the first N test samples (0: all)");
+  cmd->add_option("--train-limit", o.train_limit,
+                  "Use only the first N training samples (gpt: windows of 129 bytes; 0: all)");
+  cmd->add_option("--test-limit", o.test_limit,
+                  "Evaluate on the first N test samples (gpt: N windows spread over the "
+                  "validation text, default 256; 0: all)");
   cmd->add_option("--eval-every", o.eval_every,
                   "Also evaluate every N steps (time to accuracy finer than an epoch)");
   cmd->add_option("--metrics", o.metrics_path, "Write JSON Lines metrics to FILE");
@@ -356,8 +344,16 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_flag("--worker", args->worker,
                 "Run as one rank of a job started by a launcher (reads RANK, WORLD_SIZE, ...)");
   cmd->callback([args, cmd, &exit_code] {
-    args->momentum_given = cmd->count("--momentum") > 0;
-    exit_code = args->worker ? run_worker(*args) : launch_workers(*args);
+    if (!args->save_initial_weights.empty()) {
+      const std::string crc =
+          train::write_initial_weights(args->options, args->save_initial_weights);
+      std::printf("wrote %s's initial weights for seed %llu to %s (crc32 %s)\n",
+                  args->options.model.c_str(), static_cast<unsigned long long>(args->options.seed),
+                  args->save_initial_weights.c_str(), crc.c_str());
+      exit_code = 0;
+      return;
+    }
+    exit_code = args->worker ? run_worker(*args) : launch_workers(*args, *cmd);
   });
 }
 

@@ -85,18 +85,15 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
   Context& context = *context_ptr;
   const bool chief = context.is_root();
   Job job = start_job(options, context_ptr);
-  const Dataset& train_set = job.train_set;
-  const Dataset& test_set = job.test_set;
-  const std::shared_ptr<Classifier>& model = job.model;
+  Workload& workload = *job.workload;
+  torch::nn::Module& model = workload.model();
+  const Metric metric = workload.metric();
   DistributedOptimizer& optimizer = *job.optimizer;
   if (chief) {
-    std::printf(
-        "%d workers, gossip (topology %s, trigger %s, merge %s), model %s, codec %s, %zu "
-        "training samples, batch %d per worker\n",
-        context.world_size(), options.exchange.gossip.topology.c_str(),
-        options.exchange.gossip.trigger.c_str(), options.exchange.gossip.merge.c_str(),
-        options.model.c_str(), optimizer.codec_spec().c_str(), train_set.size(),
-        options.batch_size);
+    std::printf("%d workers, gossip (topology %s, trigger %s, merge %s), %s\n",
+                context.world_size(), options.exchange.gossip.topology.c_str(),
+                options.exchange.gossip.trigger.c_str(), options.exchange.gossip.merge.c_str(),
+                describe_job(options, job).c_str());
     std::fflush(stdout);
   }
   if (!options.timeline_path.empty()) {
@@ -105,8 +102,9 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
     Timeline::global().set_origin(Timeline::Clock::now());  // no barrier: rank 0's clock skew
   }
 
-  DistributedSampler sampler(train_set.size(), context.rank(), context.world_size(), options.seed);
-  const size_t steps = steps_per_epoch(sampler, options.batch_size);
+  DistributedSampler sampler(workload.train_size(), context.rank(), context.world_size(),
+                             options.seed);
+  const size_t steps = steps_per_epoch(sampler, job.step_samples);
   const ProgressStyle progress = chief ? options.progress : ProgressStyle::kNone;
   const size_t progress_every = options.progress == ProgressStyle::kTerminal
                                     ? std::max<size_t>(1, steps / 100)
@@ -145,16 +143,10 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
     samples = 0;
     for (size_t step = 0; step < steps; ++step) {
       if (options.before_step) options.before_step(global_step);
-      const auto batch = batch_of(sampler, step, options.batch_size);
-      optimizer.zero_grad();
-      const auto loss = forward_backward(*model, train_set, batch);
-      {
-        TimelineSpan span("step", "step");
-        optimizer.step();
-      }
+      const StepDone done = take_step(job, batch_of(sampler, step, job.step_samples), global_step);
       ++global_step;
-      loss_sum += loss.item<double>() * static_cast<double>(batch.size());
-      samples += batch.size();
+      loss_sum += done.loss_sum;
+      samples += done.samples;
       if ((step + 1) % progress_every == 0 || step + 1 == steps) {
         print_progress(progress, epoch, options.epochs, step + 1, steps, loss_sum / samples,
                        samples * context.world_size() / seconds_since(epoch_start));
@@ -221,13 +213,13 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
   // Evaluates the kept averages (the last one is the model every worker now holds).
   double epoch_s_start = 0;
   for (auto& s : snapshots) {
-    load_parameters(*model, s.average);
-    const double accuracy = evaluate(*model, test_set, idle_machine_threads());
-    s.eval["test_accuracy"] = accuracy;
+    load_parameters(model, s.average);
+    const double quality = workload.evaluate(idle_machine_threads());
+    s.eval[metric.name] = quality;
     metrics.write(s.eval);
     if (!s.epoch_line) continue;
     nlohmann::json line = *s.epoch_line;
-    line["test_accuracy"] = accuracy;
+    line[metric.name] = quality;
     line["elapsed_s"] = line["train_s"];
     line["event"] = "epoch";
     metrics.write(line);
@@ -235,16 +227,17 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
     const double sent = line["bytes_on_wire"].get<double>();
     const double dense = line["bytes_dense_on_wire"].get<double>();
     std::printf(
-        "epoch %d/%d: train_loss %.4f test_accuracy %.2f%% (average model) %.1f s consensus "
+        "epoch %d/%d: train_loss %.4f %s (average model) %.1f s consensus "
         "distance %.4g on the wire %.2f MB (%.4f of dense fp32's)\n",
-        line["epoch"].get<int>(), options.epochs, line["train_loss"].get<double>(), 100 * accuracy,
-        train_s - epoch_s_start, line["consensus_distance"].get<double>(), sent / 1e6,
-        dense > 0 ? sent / dense : 0.0);
+        line["epoch"].get<int>(), options.epochs, line["train_loss"].get<double>(),
+        metric.show(quality).c_str(), train_s - epoch_s_start,
+        line["consensus_distance"].get<double>(), sent / 1e6, dense > 0 ? sent / dense : 0.0);
     std::fflush(stdout);
     epoch_s_start = train_s;
     last = line;
   }
-  result.test_accuracy = last["test_accuracy"].get<double>();
+  result.metric = metric.name;
+  result.quality = last[metric.name].get<double>();
   result.train_loss = last["train_loss"].get<double>();
   result.bytes_contributed = result.bytes_on_wire = summary.bytes_sent;
   result.bytes_dense = result.bytes_dense_on_wire = notes.bytes_dense;
@@ -256,7 +249,7 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
         std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(trace.data()), trace.size()));
   }
   // Every worker that reported holds the bytes rank 0 sent it: rank 0's model.
-  const std::string checksum = parameter_checksum(*model);
+  const std::string checksum = parameter_checksum(model);
   nlohmann::json checksums = nlohmann::json::array();
   for (int r = 0; r < context.world_size(); ++r) {
     const bool took =
@@ -273,18 +266,17 @@ TrainResult run_gossip_training(const TrainOptions& options, std::shared_ptr<Con
   out["gossip_merge"] = options.exchange.gossip.merge;
   out["compressor"] = options.exchange.compressor;
   out["codec"] = optimizer.codec_spec();
-  out["model"] = options.model;
-  out["batch_size"] = options.batch_size;
-  out["initial_checksum"] = job.initial_checksum;
+  out.update(job_fields(options, job));
   out["param_checksums"] = checksums;
   metrics.write(out);
   std::printf(
-      "summary: %d workers, %s, gossip %s %s, compressor %s: test accuracy %.2f%% (the "
+      "summary: %d workers, %s, gossip %s %s, compressor %s: %s (the "
       "consensus model), %.1f s, %llu exchanges, bytes_on_wire/bytes_dense_on_wire %.4f%s\n",
       context.world_size(), options.model.c_str(), options.exchange.gossip.topology.c_str(),
       options.exchange.gossip.trigger.c_str(), options.exchange.compressor.c_str(),
-      100 * result.test_accuracy, result.elapsed_s, static_cast<unsigned long long>(summary.offers),
-      result.wire_ratio(), summary.lost.empty() ? "" : ", workers lost");
+      metric.show(result.quality).c_str(), result.elapsed_s,
+      static_cast<unsigned long long>(summary.offers), result.wire_ratio(),
+      summary.lost.empty() ? "" : ", workers lost");
   std::fflush(stdout);
   return result;
 }

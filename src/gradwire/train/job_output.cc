@@ -5,7 +5,7 @@
 
 #include "gradwire/core/atomic_file.h"
 #include "gradwire/core/error.h"
-#include "gradwire/core/timeline.h"
+#include "gradwire/train/recipe.h"
 
 namespace gradwire::train {
 
@@ -16,7 +16,7 @@ double seconds_since(Clock::time_point start) {
 // FNV-1a over the raw bytes of every parameter: equal strings mean bitwise-equal models.
 std::string parameter_checksum(const torch::nn::Module& model) {
   uint64_t hash = 0xcbf29ce484222325ULL;
-  for (const auto& p : model.parameters()) {
+  for (const auto& p : unique_parameters(model)) {
     const auto t = p.contiguous();
     const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
     for (size_t i = 0, n = t.numel() * t.element_size(); i < n; ++i) {
@@ -30,7 +30,7 @@ std::string parameter_checksum(const torch::nn::Module& model) {
 
 std::string parameter_crc32(const torch::nn::Module& model) {
   std::vector<uint8_t> all;
-  for (const auto& p : model.parameters()) {
+  for (const auto& p : unique_parameters(model)) {
     const auto t = p.contiguous();
     const auto* bytes = static_cast<const uint8_t*>(t.data_ptr());
     all.insert(all.end(), bytes, bytes + t.numel() * t.element_size());
@@ -56,41 +56,8 @@ double TrainingClock::seconds() const {
   return banked_s_ + (running_ ? seconds_since(started_) : 0.0);
 }
 
-torch::Tensor forward_backward(Classifier& model, const Dataset& set,
-                               std::span<const size_t> indices) {
-  auto index = torch::from_blob(const_cast<size_t*>(indices.data()),
-                                {static_cast<int64_t>(indices.size())}, torch::kLong)
-                   .clone();
-  torch::Tensor loss;
-  {
-    TimelineSpan span("forward", "compute");
-    loss = torch::nn::functional::cross_entropy(model.forward(set.images.index_select(0, index)),
-                                                set.labels.index_select(0, index));
-  }
-  TimelineSpan span("backward", "compute");
-  loss.backward();
-  return loss;
-}
-
 int idle_machine_threads() {
   return static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
-}
-
-double evaluate(Classifier& model, const Dataset& test, int threads) {
-  const int training_threads = at::get_num_threads();
-  if (threads > 0) at::set_num_threads(threads);
-  torch::NoGradGuard no_grad;
-  model.eval();
-  int64_t correct = 0;
-  const int64_t n = static_cast<int64_t>(test.size());
-  for (int64_t start = 0; start < n; start += 1000) {
-    const int64_t end = std::min(n, start + 1000);
-    auto logits = model.forward(test.images.slice(0, start, end));
-    correct += logits.argmax(1).eq(test.labels.slice(0, start, end)).sum().item<int64_t>();
-  }
-  model.train();
-  at::set_num_threads(training_threads);
-  return n ? static_cast<double>(correct) / static_cast<double>(n) : 0.0;
 }
 
 MetricsFile::MetricsFile(const std::string& path, bool append) {

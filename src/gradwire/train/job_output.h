@@ -1,4 +1,4 @@
-// What every training loop of the built-in job reports: test accuracy, parameter
+// What every training loop of the built-in job reports: parameter
 // checksums, progress lines and the metrics file (JSON Lines, docs/ARCHITECTURE.md).
 #pragma once
 
@@ -10,8 +10,6 @@
 #include <span>
 #include <string>
 
-#include "gradwire/fashion_mnist.h"
-#include "gradwire/train/models.h"
 #include "gradwire/train/trainer.h"
 
 namespace gradwire::train {
@@ -43,16 +41,6 @@ class TrainingClock {
   double banked_s_ = 0;
   bool running_ = true;
 };
-
-// Runs forward and backward on the samples `indices` of `set`; returns the batch's mean
-// cross-entropy loss. Gradients accumulate into the model's .grad (zero them before).
-torch::Tensor forward_backward(Classifier& model, const Dataset& set,
-                               std::span<const size_t> indices);
-
-// Top-1 accuracy on `test`, in batches of 1000, in eval mode. threads > 0: libtorch's
-// intra-op threads for the evaluation (restored after), for when the other ranks wait
-// idle meanwhile; 0 keeps the training setting.
-double evaluate(Classifier& model, const Dataset& test, int threads = 0);
 
 // Every core of the machine: the threads for an evaluation while all other ranks wait.
 int idle_machine_threads();

@@ -3,55 +3,142 @@
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <thread>
 
+#include "gradwire/core/timeline.h"
 #include "gradwire/train/job_output.h"
 
 namespace gradwire::train {
 
 Job start_job(const TrainOptions& options, std::shared_ptr<Context> context) {
   Job job;
-  const std::string dir = options.data_dir.empty() ? kFashionMnistDir : options.data_dir;
-  job.train_set = load_fashion_mnist(dir, /*train=*/true, options.train_limit);
-  if (context->is_root()) {
-    job.test_set = load_fashion_mnist(dir, /*train=*/false, options.test_limit);
-  }
+  job.recipe = recipe_of(options);
+  check_recipe(job.recipe);
+  job.speed = worker_speed(options.worker_speed, context->rank(), context->world_size());
+  torch::manual_seed(options.seed);
+  job.workload = make_workload(options, context->is_root());
+  job.step_samples = static_cast<size_t>(options.batch_size) * job.recipe.accumulate;
+  const size_t shard = (job.workload->train_size() + context->world_size() - 1) /
+                       static_cast<size_t>(context->world_size());
+  job.run_steps =
+      static_cast<uint64_t>(options.epochs) * ((shard + job.step_samples - 1) / job.step_samples);
   DistributedOptions exchange = options.exchange;
   if (exchange.strategy == "ps") {
-    exchange.ps.sample_budget = job.train_set.size() * static_cast<uint64_t>(options.epochs);
+    exchange.ps.sample_budget = job.workload->train_size() * static_cast<uint64_t>(options.epochs);
   }
-  torch::manual_seed(options.seed);
-  job.model = make_model(options.model);
+  torch::nn::Module& model = job.workload->model();
   job.optimizer = std::make_unique<DistributedOptimizer>(
-      std::move(context),
-      torch::optim::SGD(job.model->parameters(), torch::optim::SGDOptions(options.lr)
-                                                     .momentum(options.momentum)
-                                                     .weight_decay(options.weight_decay)),
-      *job.model, exchange);
-  job.initial_checksum = parameter_crc32(*job.model);
+      std::move(context), make_optimizer(job.recipe, model, job.workload->no_decay()), model,
+      exchange);
+  job.initial_checksum = parameter_crc32(model);
   return job;
 }
 
-std::span<const size_t> batch_of(const DistributedSampler& sampler, size_t step, int batch_size) {
+std::string describe_job(const TrainOptions& options, const Job& job) {
+  const Recipe& r = job.recipe;
+  char text[512];
+  std::snprintf(
+      text, sizeof text,
+      "model %s, codec %s, %zu training samples, batch %d per worker%s, %s lr %g%s%s",
+      options.model.c_str(), job.optimizer->codec_spec().c_str(), job.workload->train_size(),
+      options.batch_size,
+      r.accumulate > 1 ? (" x " + std::to_string(r.accumulate) + " micro-batches").c_str() : "",
+      r.optimizer.c_str(), r.lr,
+      r.schedule == "constant"
+          ? ""
+          : (" (" + r.schedule + ", warm-up " + std::to_string(r.warmup).substr(0, 4) + ")")
+                .c_str(),
+      r.clip_norm > 0 ? (", clip " + std::to_string(r.clip_norm).substr(0, 4)).c_str() : "");
+  return text;
+}
+
+nlohmann::json job_fields(const TrainOptions& options, const Job& job) {
+  const Recipe& r = job.recipe;
+  nlohmann::json recipe = {
+      {"optimizer", r.optimizer},  {"lr", r.lr},         {"weight_decay", r.weight_decay},
+      {"schedule", r.schedule},    {"warmup", r.warmup}, {"clip_norm", r.clip_norm},
+      {"accumulate", r.accumulate}};
+  if (r.optimizer == "sgd") {
+    recipe["momentum"] = r.momentum;
+  } else {
+    recipe["betas"] = {r.beta1, r.beta2};
+  }
+  return {{"model", options.model},
+          {"metric", job.workload->metric().name},
+          {"batch_size", options.batch_size},
+          {"recipe", recipe},
+          {"initial_checksum", job.initial_checksum}};
+}
+
+StepDone take_step(Job& job, std::span<const size_t> batch, uint64_t step) {
+  DistributedOptimizer& optimizer = *job.optimizer;
+  const size_t micro = std::max<size_t>(1, job.step_samples / job.recipe.accumulate);
+  StepDone done;
+  done.samples = batch.size();
+  optimizer.zero_grad();
+  const auto compute_start = Clock::now();
+  for (size_t begin = 0; begin < batch.size(); begin += micro) {
+    const auto part = batch.subspan(begin, std::min(micro, batch.size() - begin));
+    const bool last = begin + micro >= batch.size();
+    std::optional<DistributedOptimizer::NoSync> local;
+    if (!last) local.emplace(optimizer.no_sync());
+    torch::Tensor loss;
+    {
+      TimelineSpan span("forward", "compute");
+      loss = job.workload->loss(part);
+    }
+    done.loss_sum += loss.item<double>() * static_cast<double>(part.size());
+    TimelineSpan span("backward", "compute");
+    if (part.size() < batch.size()) {
+      loss = loss * (static_cast<double>(part.size()) / static_cast<double>(batch.size()));
+    }
+    loss.backward();
+  }
+  if (job.speed < 1) {
+    const double computed = seconds_since(compute_start);
+    std::this_thread::sleep_for(std::chrono::duration<double>(computed * (1 / job.speed - 1)));
+  }
+  optimizer.count_samples(done.samples, done.loss_sum);
+  if (job.recipe.clip_norm > 0) {
+    std::vector<torch::Tensor> with_grad;
+    for (const auto& group : optimizer.optimizer().param_groups()) {
+      for (const auto& p : group.params()) {
+        if (p.grad().defined()) with_grad.push_back(p);
+      }
+    }
+    torch::nn::utils::clip_grad_norm_(with_grad, job.recipe.clip_norm);
+  }
+  if (job.recipe.schedule != "constant") {
+    set_learning_rate(optimizer.optimizer(), job.recipe.lr_at(step, job.run_steps));
+  }
+  TimelineSpan span("step", "step");
+  optimizer.step();
+  return done;
+}
+
+std::span<const size_t> batch_of(const DistributedSampler& sampler, size_t step, size_t samples) {
   const auto& all = sampler.indices();
-  const size_t begin = std::min(all.size(), step * static_cast<size_t>(batch_size));
-  const size_t end = std::min(all.size(), begin + static_cast<size_t>(batch_size));
+  const size_t begin = std::min(all.size(), step * samples);
+  const size_t end = std::min(all.size(), begin + samples);
   return std::span<const size_t>(all.data() + begin, end - begin);
 }
 
 std::vector<torch::Tensor> copy_parameters(torch::nn::Module& model) {
   std::vector<torch::Tensor> copy;
-  for (const auto& p : model.parameters()) copy.push_back(p.detach().clone());
+  for (const auto& p : unique_parameters(model)) copy.push_back(p.detach().clone());
   return copy;
 }
 
 void load_parameters(torch::nn::Module& model, const std::vector<torch::Tensor>& values) {
   torch::NoGradGuard no_grad;
-  auto parameters = model.parameters();
+  auto parameters = unique_parameters(model);
   for (size_t i = 0; i < parameters.size(); ++i) parameters[i].copy_(values[i]);
 }
 
-size_t steps_per_epoch(const DistributedSampler& sampler, int batch_size) {
-  return (sampler.indices().size() + batch_size - 1) / batch_size;
+size_t steps_per_epoch(const DistributedSampler& sampler, size_t samples) {
+  return (sampler.indices().size() + samples - 1) / samples;
 }
 
 }  // namespace gradwire::train

@@ -1,7 +1,6 @@
 #include "gradwire/train/models.h"
 
 #include "gradwire/core/error.h"
-#include "gradwire/core/spec.h"
 
 namespace gradwire::train {
 namespace {
@@ -45,13 +44,11 @@ class Mlp : public Classifier {
 
 }  // namespace
 
-std::vector<std::string> model_names() { return {"cnn", "cnn-wide", "mlp"}; }
-
-std::shared_ptr<Classifier> make_model(const std::string& name) {
+std::shared_ptr<Classifier> make_classifier(const std::string& name) {
   if (name == "cnn") return std::make_shared<Cnn>(128);
   if (name == "cnn-wide") return std::make_shared<Cnn>(2048);
   if (name == "mlp") return std::make_shared<Mlp>();
-  throw ConfigError("unknown model '" + name + "'; available: " + join(model_names()));
+  throw ConfigError("unknown classifier '" + name + "'; available: cnn, cnn-wide, mlp");
 }
 
 }  // namespace gradwire::train

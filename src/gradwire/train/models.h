@@ -1,4 +1,4 @@
-// The built-in job's models.
+// The built-in job's image classifiers (gpt.h has its language model).
 //   cnn: conv(1->32, 5x5) relu maxpool2, conv(32->64, 5x5) relu maxpool2,
 //        fc(1024->128) relu, fc(128->10)                       (~0.18 M parameters)
 //   cnn-wide: the same with fc(1024->2048) relu, fc(2048->10)  (~2.17 M parameters, 97% of
@@ -20,8 +20,7 @@ class Classifier : public torch::nn::Module {
   virtual torch::Tensor forward(torch::Tensor x) = 0;
 };
 
-// Throws ConfigError for an unknown name, listing model_names().
-std::shared_ptr<Classifier> make_model(const std::string& name);
-std::vector<std::string> model_names();
+// cnn, cnn-wide or mlp (workload.h lists every model); ConfigError for another name.
+std::shared_ptr<Classifier> make_classifier(const std::string& name);
 
 }  // namespace gradwire::train

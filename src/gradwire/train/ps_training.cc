@@ -28,19 +28,18 @@
 namespace gradwire::train {
 namespace {
 
-// Writes an epoch's metrics line and prints it (the accuracy is worker 0's model's).
-void write_epoch_line(MetricsFile& metrics, const nlohmann::json& epoch, int epochs,
-                      double epoch_s) {
+// Writes an epoch's metrics line and prints it (the metric is worker 0's model's).
+void write_epoch_line(MetricsFile& metrics, const Metric& metric, const nlohmann::json& epoch,
+                      int epochs, double epoch_s) {
   nlohmann::json line = epoch;
   line["event"] = "epoch";
   metrics.write(line);
   const double sent = epoch["bytes_on_wire"].get<double>();
   const double dense = epoch["bytes_dense_on_wire"].get<double>();
   std::printf(
-      "epoch %d/%d: train_loss %.4f test_accuracy %.2f%% (worker 0's model) %.1f s pushed %.2f "
-      "MB (%.4f of dense)\n",
+      "epoch %d/%d: train_loss %.4f %s (worker 0's model) %.1f s pushed %.2f MB (%.4f of dense)\n",
       epoch["epoch"].get<int>(), epochs, epoch["train_loss"].get<double>(),
-      100 * epoch["test_accuracy"].get<double>(), epoch_s, sent / 1e6,
+      metric.show(epoch[metric.name].get<double>()).c_str(), epoch_s, sent / 1e6,
       dense > 0 ? sent / dense : 0.0);
   std::fflush(stdout);
 }
@@ -81,33 +80,31 @@ double worker_speed(const std::string& spec, int rank, int workers) {
 
 TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context> context_ptr) {
   Context& context = *context_ptr;
-  const double speed = worker_speed(options.worker_speed, context.rank(), context.world_size());
   Job job = start_job(options, context_ptr);
-  const Dataset& train_set = job.train_set;
-  const uint64_t epoch_samples = train_set.size();
-  const Dataset& test_set = job.test_set;
-  const std::shared_ptr<Classifier>& model = job.model;
+  Workload& workload = *job.workload;
+  torch::nn::Module& model = workload.model();
+  const Metric metric = workload.metric();
+  const uint64_t epoch_samples = workload.train_size();
   DistributedOptimizer& optimizer = *job.optimizer;
 
   const bool chief = context.is_root();
   JobProgress progress = optimizer.job_progress().value_or(JobProgress{});
   if (chief) {
     std::printf(
-        "%d workers, parameter servers (%s, updater %s), model %s, codec %s, %zu training "
-        "samples x %d epochs, batch %d per worker%s\n",
-        context.world_size(), options.exchange.ps.consistency.c_str(),
-        options.exchange.ps.updater.c_str(), options.model.c_str(), optimizer.codec_spec().c_str(),
-        train_set.size(), options.epochs, options.batch_size,
+        "%d workers, parameter servers (%s, updater %s), %d epochs, %s%s\n", context.world_size(),
+        options.exchange.ps.consistency.c_str(), options.exchange.ps.updater.c_str(),
+        options.epochs, describe_job(options, job).c_str(),
         progress.samples ? (", resumed at " + std::to_string(progress.samples) + " samples").c_str()
                          : "");
     std::fflush(stdout);
   }
-  if (speed < 1) {
-    std::printf("worker %d runs at speed %.3g\n", context.rank(), speed);
+  if (job.speed < 1) {
+    std::printf("worker %d runs at speed %.3g\n", context.rank(), job.speed);
     std::fflush(stdout);
   }
 
-  DistributedSampler sampler(train_set.size(), context.rank(), context.world_size(), options.seed);
+  DistributedSampler sampler(workload.train_size(), context.rank(), context.world_size(),
+                             options.seed);
   int local_pass = 1;
   sampler.set_epoch(local_pass);
   size_t position = 0;
@@ -123,7 +120,6 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   double epoch_first_loss = progress.loss_sum;
   uint64_t next_print = progress.samples + epoch_samples / 4;
   nlohmann::json last;
-  double compute_s = 0, sleep_s = 0;
   uint64_t steps = 0;
 
   // Deferred evaluation (--eval-every): the chief's model at each point, evaluated at the end.
@@ -134,7 +130,7 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
     double epoch_s = 0;
   };
   const bool deferred = options.eval_every > 0;
-  const uint64_t eval_samples = static_cast<uint64_t>(options.eval_every) * options.batch_size *
+  const uint64_t eval_samples = static_cast<uint64_t>(options.eval_every) * job.step_samples *
                                 static_cast<uint64_t>(context.world_size());
   uint64_t next_eval = deferred ? (progress.samples / eval_samples + 1) * eval_samples : 0;
   std::vector<Snapshot> snapshots;
@@ -143,10 +139,10 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
     taken.event = {{"event", "eval"},
                    {"epoch", epoch},
                    {"step", progress.samples /
-                                (static_cast<uint64_t>(options.batch_size) * context.world_size())},
+                                (static_cast<uint64_t>(job.step_samples) * context.world_size())},
                    {"samples", progress.samples},
                    {"train_s", seconds_since(job_start)}};
-    taken.parameters = copy_parameters(*model);
+    taken.parameters = copy_parameters(model);
     taken.epoch_line = std::move(epoch_line);
     taken.epoch_s = epoch_s;
     snapshots.push_back(std::move(taken));
@@ -160,21 +156,9 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
       position = 0;
     }
     const size_t begin = position;
-    const size_t end = std::min(all.size(), begin + options.batch_size);
+    const size_t end = std::min(all.size(), begin + job.step_samples);
     position = end;
-    const auto compute_start = Clock::now();
-    optimizer.zero_grad();
-    const auto loss = forward_backward(*model, train_set,
-                                       std::span<const size_t>(all.data() + begin, end - begin));
-    const double computed = seconds_since(compute_start);
-    compute_s += computed;
-    if (speed < 1) {
-      const double pause = computed * (1 / speed - 1);
-      std::this_thread::sleep_for(std::chrono::duration<double>(pause));
-      sleep_s += pause;
-    }
-    optimizer.count_samples(end - begin, loss.item<double>() * static_cast<double>(end - begin));
-    optimizer.step();
+    take_step(job, std::span<const size_t>(all.data() + begin, end - begin), steps);
     ++steps;
     progress = optimizer.job_progress().value_or(JobProgress{});
 
@@ -209,15 +193,14 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
         snapshot(last, seconds_since(epoch_start));
         next_eval = (progress.samples / eval_samples + 1) * eval_samples;
       } else {
-        last["test_accuracy"] = evaluate(*model, test_set);
+        last[metric.name] = workload.evaluate();
         metrics.write({{"event", "eval"},
                        {"epoch", epoch},
-                       {"step", progress.samples / (static_cast<uint64_t>(options.batch_size) *
-                                                    context.world_size())},
+                       {"step", progress.samples / (job.step_samples * context.world_size())},
                        {"samples", progress.samples},
                        {"train_s", seconds_since(job_start)},
-                       {"test_accuracy", last["test_accuracy"]}});
-        write_epoch_line(metrics, last, options.epochs, seconds_since(epoch_start));
+                       {metric.name, last[metric.name]}});
+        write_epoch_line(metrics, metric, last, options.epochs, seconds_since(epoch_start));
       }
       ++epoch;
       boundary += epoch_samples;
@@ -234,21 +217,22 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   if (!chief) return result;
 
   // The chief now holds the servers' final model.
-  result.test_accuracy = evaluate(*model, test_set, idle_machine_threads());
+  result.metric = metric.name;
+  result.quality = workload.evaluate(idle_machine_threads());
   if (!snapshots.empty()) {
-    const std::vector<torch::Tensor> final_parameters = copy_parameters(*model);
+    const std::vector<torch::Tensor> final_parameters = copy_parameters(model);
     for (auto& taken : snapshots) {
-      load_parameters(*model, taken.parameters);
-      const double accuracy = evaluate(*model, test_set, idle_machine_threads());
-      taken.event["test_accuracy"] = accuracy;
+      load_parameters(model, taken.parameters);
+      const double quality = workload.evaluate(idle_machine_threads());
+      taken.event[metric.name] = quality;
       metrics.write(taken.event);
       if (taken.epoch_line) {
-        (*taken.epoch_line)["test_accuracy"] = accuracy;
-        write_epoch_line(metrics, *taken.epoch_line, options.epochs, taken.epoch_s);
+        (*taken.epoch_line)[metric.name] = quality;
+        write_epoch_line(metrics, metric, *taken.epoch_line, options.epochs, taken.epoch_s);
         last = *taken.epoch_line;
       }
     }
-    load_parameters(*model, final_parameters);
+    load_parameters(model, final_parameters);
   }
   const JobProgress& p = summary->progress;
   result.bytes_contributed = result.bytes_on_wire = p.bytes_sent;
@@ -263,7 +247,7 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   }
   nlohmann::json out = last;
   out["event"] = "summary";
-  out["test_accuracy"] = result.test_accuracy;
+  out[metric.name] = result.quality;
   out["elapsed_s"] = result.elapsed_s;
   out["train_s"] = result.train_s;
   out["bytes_contributed"] = p.bytes_sent;
@@ -282,9 +266,7 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   out["worker_speed"] = options.worker_speed;
   out["compressor"] = options.exchange.compressor;
   out["codec"] = optimizer.codec_spec();
-  out["model"] = options.model;
-  out["batch_size"] = options.batch_size;
-  out["initial_checksum"] = job.initial_checksum;
+  out.update(job_fields(options, job));
   out["version"] = summary->version;
   out["staleness"] = {{"count", summary->staleness_count},
                       {"mean", summary->staleness_mean},
@@ -294,12 +276,12 @@ TrainResult run_ps_training(const TrainOptions& options, std::shared_ptr<Context
   out["param_checksums"] = checksums;
   metrics.write(out);
   std::printf(
-      "summary: %d workers, ps %s, updater %s, compressor %s: test accuracy %.2f%% (servers' "
+      "summary: %d workers, ps %s, updater %s, compressor %s: %s (servers' "
       "final model), %.1f s, %llu updates, staleness mean %.2f p50 %llu p99 %llu max %llu, "
       "pushed/dense %.4f\n",
       context.world_size(), options.exchange.ps.consistency.c_str(),
       options.exchange.ps.updater.c_str(), options.exchange.compressor.c_str(),
-      100 * result.test_accuracy, result.elapsed_s,
+      metric.show(result.quality).c_str(), result.elapsed_s,
       static_cast<unsigned long long>(summary->version), summary->staleness_mean,
       static_cast<unsigned long long>(summary->staleness_p50),
       static_cast<unsigned long long>(summary->staleness_p99),

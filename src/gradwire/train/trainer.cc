@@ -14,11 +14,10 @@
 #include "gradwire/core/timeline.h"
 #include "gradwire/distributed_optimizer.h"
 #include "gradwire/distributed_sampler.h"
-#include "gradwire/fashion_mnist.h"
 #include "gradwire/strategy/registry.h"
 #include "gradwire/train/job_output.h"
 #include "gradwire/train/job_start.h"
-#include "gradwire/train/models.h"
+#include "gradwire/train/workload.h"
 
 namespace gradwire::train {
 namespace {
@@ -31,7 +30,7 @@ struct Position {
   size_t step = 0;  // the next step of the epoch
   size_t global_step = 0;
   size_t evaluated_step = 0;
-  double accuracy = 0;  // of the last evaluation
+  double quality = 0;  // the metric at the last evaluation
   double train_s = 0;
   double epoch_train_start = 0;  // train_s when the epoch began
   double loss_sum = 0;           // this rank's, over the epoch so far
@@ -42,7 +41,7 @@ struct Position {
                           {"step", step},
                           {"global_step", global_step},
                           {"evaluated_step", evaluated_step},
-                          {"accuracy", accuracy},
+                          {"quality", quality},
                           {"train_s", train_s},
                           {"epoch_train_start", epoch_train_start},
                           {"loss_sum", loss_sum},
@@ -59,7 +58,7 @@ struct Position {
       p.step = j.at("step").get<size_t>();
       p.global_step = j.at("global_step").get<size_t>();
       p.evaluated_step = j.at("evaluated_step").get<size_t>();
-      p.accuracy = j.at("accuracy").get<double>();
+      p.quality = j.at("quality").get<double>();
       p.train_s = j.at("train_s").get<double>();
       p.epoch_train_start = j.at("epoch_train_start").get<double>();
       p.loss_sum = j.at("loss_sum").get<double>();
@@ -114,7 +113,7 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   Context& context = *context_ptr;
   if (options.epochs < 1) throw ConfigError("--epochs must be at least 1");
   if (options.batch_size < 1) throw ConfigError("--batch-size must be at least 1");
-  if (!(options.lr > 0)) throw ConfigError("--lr must be positive");
+  check_recipe(recipe_of(options));
   if (options.exchange.strategy == "ps") {
     if (!options.timeline_path.empty()) {
       throw ConfigError("--timeline records allreduce jobs; parameter-server jobs have none yet");
@@ -128,19 +127,17 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
         "worker's speed by construction)");
   }
   Job job = start_job(options, context_ptr);
-  const Dataset& train_set = job.train_set;
-  Classifier& model = *job.model;
+  Workload& workload = *job.workload;
   DistributedOptimizer& optimizer = *job.optimizer;
-
+  const Metric metric = workload.metric();
   if (context.is_root()) {
-    std::printf("%d workers, model %s, codec %s, %zu training samples, batch %d per worker\n",
-                context.world_size(), options.model.c_str(), optimizer.codec_spec().c_str(),
-                train_set.size(), options.batch_size);
+    std::printf("%d workers, %s\n", context.world_size(), describe_job(options, job).c_str());
     std::fflush(stdout);
   }
 
-  DistributedSampler sampler(train_set.size(), context.rank(), context.world_size(), options.seed);
-  const size_t steps = steps_per_epoch(sampler, options.batch_size);
+  DistributedSampler sampler(workload.train_size(), context.rank(), context.world_size(),
+                             options.seed);
+  const size_t steps = steps_per_epoch(sampler, job.step_samples);
   const ProgressStyle progress = context.is_root() ? options.progress : ProgressStyle::kNone;
   const size_t progress_every = options.progress == ProgressStyle::kTerminal
                                     ? std::max<size_t>(1, steps / 100)
@@ -174,16 +171,16 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   TrainingClock clock;
   clock.bank(from.train_s);
   size_t global_step = from.global_step, evaluated_step = from.evaluated_step;
-  double accuracy = from.accuracy;
+  double quality = from.quality;
   const auto evaluate_now = [&](int epoch) {  // with the clock paused
     TimelineSpan span("evaluate", "evaluate");
     if (context.is_root()) {
-      accuracy = evaluate(model, job.test_set, idle_machine_threads());
+      quality = workload.evaluate(idle_machine_threads());
       metrics.write({{"event", "eval"},
                      {"epoch", epoch},
                      {"step", global_step},
                      {"train_s", clock.seconds()},
-                     {"test_accuracy", accuracy}});
+                     {metric.name, quality}});
     }
     context.barrier();
     evaluated_step = global_step;
@@ -208,13 +205,7 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
     size_t samples = resumed_epoch ? from.samples : 0;
     for (size_t step = resumed_epoch ? from.step : 0; step < steps; ++step) {
       if (options.before_step) options.before_step(global_step);
-      const auto batch = batch_of(sampler, step, options.batch_size);
-      optimizer.zero_grad();
-      const auto loss = forward_backward(model, train_set, batch);
-      {
-        TimelineSpan span("step", "step");
-        optimizer.step();
-      }
+      const StepDone done = take_step(job, batch_of(sampler, step, job.step_samples), global_step);
       for (const auto& decision : optimizer.take_codec_decisions()) {
         if (!context.is_root()) continue;
         nlohmann::json line = nlohmann::json::parse(decision.inputs_json);
@@ -231,8 +222,8 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
         }
       }
       ++global_step;
-      loss_sum += loss.item<double>() * static_cast<double>(batch.size());
-      samples += batch.size();
+      loss_sum += done.loss_sum;
+      samples += done.samples;
       if ((step + 1) % progress_every == 0 || step + 1 == steps) {
         print_progress(progress, epoch, options.epochs, step + 1, steps, loss_sum / samples,
                        samples * context.world_size() / (clock.seconds() - epoch_train_start));
@@ -245,7 +236,7 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
       if (!checkpoint.empty() && options.exchange.ps.checkpoint_every > 0 &&
           global_step % options.exchange.ps.checkpoint_every == 0) {
         clock.pause();
-        Position now{epoch,           step + 1,          global_step, evaluated_step, accuracy,
+        Position now{epoch,           step + 1,          global_step, evaluated_step, quality,
                      clock.seconds(), epoch_train_start, loss_sum,    samples};
         save_checkpoint(optimizer, checkpoint, now, context.is_root());
         clock.resume();
@@ -272,7 +263,7 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
     for (int r = 0; r < context.world_size(); ++r) mean_loss += losses[r] / context.world_size();
     last = {{"epoch", epoch},
             {"train_loss", mean_loss},
-            {"test_accuracy", accuracy},
+            {metric.name, quality},
             {"elapsed_s", seconds_since(job_start)},
             {"train_s", clock.seconds()},
             {"steps", global_step},
@@ -286,13 +277,13 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
     metrics.write(line);
     if (context.is_root()) {
       std::printf(
-          "epoch %d/%d: train_loss %.4f test_accuracy %.2f%% %.1f s on the wire %.2f MB (%.4f of "
-          "dense fp32's)\n",
-          epoch, options.epochs, mean_loss, 100 * accuracy, train_s, result.bytes_on_wire / 1e6,
-          result.wire_ratio());
+          "epoch %d/%d: train_loss %.4f %s %.1f s on the wire %.2f MB (%.4f of dense fp32's)\n",
+          epoch, options.epochs, mean_loss, metric.show(quality).c_str(), train_s,
+          result.bytes_on_wire / 1e6, result.wire_ratio());
       std::fflush(stdout);
     }
-    result.test_accuracy = accuracy;
+    result.metric = metric.name;
+    result.quality = quality;
     result.train_loss = mean_loss;
   }
   result.train_s = clock.seconds();
@@ -313,7 +304,7 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   }
 
   // Checksums travel after the traffic figures were taken, so they are not counted.
-  const std::string checksum = parameter_checksum(model);
+  const std::string checksum = parameter_checksum(workload.model());
   const auto all = context.collectives().allgather_bytes(
       std::span<const uint8_t>(reinterpret_cast<const uint8_t*>(checksum.data()), checksum.size()));
   nlohmann::json checksums = nlohmann::json::array();
@@ -329,17 +320,15 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   summary["compressor"] = options.exchange.compressor;
   summary["codec"] = optimizer.codec_spec();
   summary["bucket_layout"] = optimizer.bucket_layout();
-  summary["model"] = options.model;
-  summary["batch_size"] = options.batch_size;
-  summary["initial_checksum"] = job.initial_checksum;
+  summary.update(job_fields(options, job));
   summary["param_checksums"] = checksums;
   metrics.write(summary);
   if (context.is_root()) {
     std::printf(
-        "summary: %d workers, %s, compressor %s: test accuracy %.2f%%, %.1f s, "
+        "summary: %d workers, %s, compressor %s: %s, %.1f s, "
         "bytes_on_wire/bytes_dense_on_wire %.4f, ranks' parameters %s\n",
         context.world_size(), options.model.c_str(), options.exchange.compressor.c_str(),
-        100 * result.test_accuracy, result.elapsed_s, result.wire_ratio(),
+        metric.show(result.quality).c_str(), result.elapsed_s, result.wire_ratio(),
         result.checksums_equal ? "identical" : "DIFFER");
     std::fflush(stdout);
   }

@@ -1,10 +1,11 @@
 // The built-in job (`gradwire train`): one rank's training loop.
 //
-// Every rank trains on its DistributedSampler shard; rank 0 evaluates test accuracy after
-// each epoch (and every eval_every steps), prints progress and a summary, and writes the
-// metrics file (JSON Lines, see docs/ARCHITECTURE.md): an "eval" line per evaluation, an
-// "epoch" line per epoch and a final "summary" line with one parameter checksum per rank
-// (equal checksums = bitwise-equal models).
+// Every rank trains on its DistributedSampler shard of the workload (workload.h: a model,
+// its data and its metric); rank 0 evaluates the metric (test accuracy, or gpt's
+// validation loss) after each epoch (and every eval_every steps), prints progress and a summary,
+// and writes the metrics file (JSON Lines, see docs/ARCHITECTURE.md): an "eval" line per
+// evaluation, an "epoch" line per epoch and a final "summary" line with one parameter checksum per
+// rank (equal checksums = bitwise-equal models).
 //
 // Training time (`train_s`) excludes evaluation. Allreduce: the clock stops while rank 0
 // evaluates and the others wait at a barrier. Parameter servers (asynchronous workers that
@@ -15,6 +16,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "gradwire/context.h"
@@ -32,13 +34,22 @@ struct TrainOptions {
   // the epochs below.
   DistributedOptions exchange;
   int epochs = 3;
-  int batch_size = 32;  // per worker
-  double lr = 0.05;
-  double momentum = 0.9;
-  double weight_decay = 0;
+  int batch_size = 32;  // per worker (per micro-batch with accumulate > 1)
+  // How to optimize: what is not set here is the model's recipe (recipe.h: SGD with
+  // momentum 0.9 at 0.05 for the classifiers; AdamW, warm-up and cosine, clipping for gpt).
+  std::optional<std::string> optimizer;  // sgd | adamw
+  std::optional<double> lr, momentum, weight_decay;
+  std::optional<std::string> lr_schedule;  // constant | cosine
+  std::optional<double> warmup;            // a fraction of the run's steps
+  std::optional<double> clip_norm;         // 0: none
+  int accumulate = 1;                      // micro-batches per step (no_sync for all but one)
   uint64_t seed = 0;
-  std::string data_dir;    // empty: Debian's Fashion-MNIST location
-  size_t train_limit = 0;  // > 0: use only the first N training samples
+  std::string data_dir;  // empty: Debian's Fashion-MNIST location
+  std::string corpus;    // gpt's text; empty: text_corpus.h's kBibleCorpusPath
+  // > 0: use only the first N training samples (gpt: windows of its context + 1 bytes)
+  size_t train_limit = 0;
+  // > 0: evaluate on N samples (gpt: N windows spread over the validation text; default
+  // 256); 0: the whole test set
   size_t test_limit = 0;
   // > 0: evaluate on the test set every eval_every steps of a worker (for parameter servers:
   // every eval_every x batch_size x workers samples of the job), so time to accuracy has a
@@ -68,7 +79,9 @@ struct TrainOptions {
 };
 
 struct TrainResult {
-  double test_accuracy = 0;
+  // The workload's metric at the end (workload.h: "test_accuracy" or "val_loss").
+  std::string metric;
+  double quality = 0;
   double train_loss = 0;
   double elapsed_s = 0;
   double train_s = 0;  // training time, evaluation excluded
@@ -84,6 +97,10 @@ struct TrainResult {
     return bytes_dense_on_wire ? static_cast<double>(bytes_on_wire) / bytes_dense_on_wire : 0.0;
   }
 };
+
+struct Recipe;
+// The model's recipe with what `options` sets instead (recipe.h).
+Recipe recipe_of(const TrainOptions& options);
 
 // Sets libtorch's intra-op threads (and inter-op threads, which must happen before any
 // parallel work starts) for this process.
