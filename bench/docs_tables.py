@@ -110,9 +110,10 @@ def verdict_lines(folder):
                 continue
             bases = [best] + [c for c in ("ddp:fp16",) if c != best
                               and (model, bw, c) in summary]
-            target, steep = (summary[(model, bw, best)][k] for k in ("target", "steep"))
+            target, steep, metric = (summary[(model, bw, best)][k]
+                                     for k in ("target", "steep", "metric"))
             lines.append(f"- {model}, {bw}: the best DDP configuration (least mean time to "
-                         f"{100 * target:.0f}%) is `{best}`.")
+                         f"{metric.target(target)}) is `{best}`.")
             for config in results.configs:
                 key = (model, bw, config)
                 if key not in summary or summary[key]["system"] == "ddp":
@@ -123,8 +124,8 @@ def verdict_lines(folder):
                     theirs = summary[(model, bw, base)]["per_seed"]
                     figures = []
                     for field, words in (("train_s", "training"),
-                                         ("steep", f"time to {100 * steep:.0f}%"),
-                                         ("target", f"time to {100 * target:.0f}%")):
+                                         ("steep", f"time to {metric.target(steep)}"),
+                                         ("target", f"time to {metric.target(target)}")):
                         r = plot_e2e.ratios(mine, theirs, field)
                         figures.append(f"{words} {plot_e2e.ratio_text(r)}, {plot_e2e.verdict(r)}")
                     parts.append(f"against `{base}`: " + "; ".join(figures))

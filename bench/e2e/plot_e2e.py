@@ -2,8 +2,9 @@
 """Plots and tables for `gradwire bench e2e` (run by it; by hand: plot_e2e.py [--tables-only] DIR).
 
 Reads DIR/results.csv and the metrics files it names; writes into DIR:
-  accuracy_vs_time.png  test accuracy against training time, one panel per model and
-                        bandwidth, one line per configuration and seed (DDP dashed)
+  accuracy_vs_time.png  the metric (test accuracy; gpt: validation loss) against training
+                        time, one panel per model and bandwidth, one line per
+                        configuration and seed (DDP dashed)
   time_to_target.png    mean time to the plateau accuracy as bars (hatched: not reached
                         in some seed; the bar then shows the mean whole training time)
   overhead.png          mean training time over the compute floor, minus one, against
@@ -15,7 +16,8 @@ Reads DIR/results.csv and the metrics files it names; writes into DIR:
                         any bandwidth), and time to the plateau accuracy and training time
                         against the best DDP configuration of the table, seed by seed
 A verdict needs 3 seeds: "faster" or "slower" when every seed's ratio is on that side of
-1, "not resolved" when their range straddles it.
+1, "not resolved" when their range straddles it. Where the text says accuracy, a model
+measured by its validation loss (gpt) has its loss, lower being better.
 """
 
 import csv
@@ -50,14 +52,51 @@ def number(text):
     return float(text) if text not in ("", None) else None
 
 
+class Metric:
+    """What a model is measured by: test accuracy (a fraction, higher is better, shown in
+    percent) or a validation loss (nats per character, lower is better)."""
+
+    def __init__(self, name):
+        self.name = name or "test_accuracy"
+        self.accuracy = self.name == "test_accuracy"
+
+    def reached(self, value, target):
+        return value >= target if self.accuracy else value <= target
+
+    def scale(self):
+        return 100 if self.accuracy else 1
+
+    def target(self, value):
+        """"88%", "loss 1.60": a target in a column's title."""
+        return f"{100 * value:.0f}%" if self.accuracy else f"loss {value:.2f}"
+
+    def label(self):
+        return "test accuracy (%)" if self.accuracy else "validation loss (nats/char)"
+
+    def final(self):
+        return "final accuracy (%)" if self.accuracy else "final validation loss"
+
+    def gap(self):
+        return "minus the floor's (points)" if self.accuracy else "minus the floor's"
+
+    def spec(self, signed=False):
+        return ("+" if signed else "") + (".2f" if self.accuracy else ".4f")
+
+
 def load(directory):
     with open(os.path.join(directory, "results.csv")) as f:
         rows = list(csv.DictReader(f))
     for row in rows:
+        # CSVs of earlier versions: accuracy only, in columns named for it.
+        row["metric"] = Metric(row.get("metric"))
+        for new, old in (("steep_target", "steep_accuracy"), ("target", "target_accuracy"),
+                         ("final", "final_accuracy")):
+            if new not in row:
+                row[new] = row.get(old)
         row["curve"] = []
         path = os.path.join(directory, row["metrics"])
         if os.path.exists(path):
-            row["curve"] = [(e["train_s"], e["test_accuracy"]) for e in events(path)
+            row["curve"] = [(e["train_s"], e[row["metric"].name]) for e in events(path)
                             if e.get("event") == "eval"]
     return rows
 
@@ -70,9 +109,9 @@ def mean(values):
 STEEP = 0.85  # CSVs of earlier versions name no steep accuracy: the one the bench uses
 
 
-def first_at(curve, accuracy):
-    """Training seconds of the first evaluation at `accuracy` or above; None: never."""
-    return next((t for t, a in curve if a >= accuracy), None)
+def first_at(curve, target, metric):
+    """Training seconds of the first evaluation that reaches `target`; None: never."""
+    return next((t for t, a in curve if metric.reached(a, target)), None)
 
 
 def rounds(rows):
@@ -96,8 +135,9 @@ def aggregate(rows):
     summary = {}
     for key, runs in groups.items():
         runs = sorted(runs, key=lambda r: int(r["run"]))
-        steep = number(runs[0].get("steep_accuracy")) or STEEP
-        target = number(runs[0]["target_accuracy"])
+        metric = runs[0]["metric"]
+        steep = number(runs[0].get("steep_target")) or STEEP
+        target = number(runs[0]["target"])
         per_seed = {}
         for r in runs:
             floor = floors.get((r["model"], int(r["run"])))
@@ -106,13 +146,13 @@ def aggregate(rows):
             per_seed[int(r["run"])] = {
                 "train_s": train,
                 "over_floor": train / floor_s if train and floor_s else None,
-                "steep": first_at(r["curve"], steep) if r["curve"] else number(
+                "steep": first_at(r["curve"], steep, metric) if r["curve"] else number(
                     r.get("time_to_steep_s")),
                 # A CSV of an earlier version without its metrics files cannot say.
                 "steep_known": bool(r["curve"]) or "time_to_steep_s" in r,
                 "target": number(r["time_to_target_s"]),
-                "accuracy": number(r["final_accuracy"]),
-                "floor_accuracy": number(floor["final_accuracy"]) if floor else None,
+                "accuracy": number(r["final"]),
+                "floor_accuracy": number(floor["final"]) if floor else None,
             }
         reached = [s["target"] for s in per_seed.values() if s["target"] is not None]
         summary[key] = {
@@ -131,6 +171,7 @@ def aggregate(rows):
             "wire_bytes_per_step": mean([number(r.get("wire_bytes_per_step")) for r in runs]),
             "steep": steep,
             "target": target,
+            "metric": metric,
             "per_seed": per_seed,
             "curves": [r["curve"] for r in runs],
         }
@@ -209,23 +250,26 @@ def plot_curves(summary, models, bandwidths, configs, style, path):
     for i, model in enumerate(models):
         for j, bw in enumerate(bandwidths):
             ax = axes[i][j]
-            target = None
+            target, metric = None, Metric(None)
             for config in configs:
                 s = summary.get((model, bw, config))
                 if not s:
                     continue
-                target = s["target"]
+                target, metric = s["target"], s["metric"]
                 for k, curve in enumerate(s["curves"]):
                     if curve:
                         xs, ys = zip(*curve)
-                        ax.plot(xs, [100 * y for y in ys], label=config if k == 0 else None,
-                                linewidth=1.4, **style[config])
+                        ax.plot(xs, [metric.scale() * y for y in ys],
+                                label=config if k == 0 else None, linewidth=1.4, **style[config])
             if target:
-                ax.axhline(100 * target, color="black", linewidth=0.8, linestyle=":")
+                ax.axhline(metric.scale() * target, color="black", linewidth=0.8, linestyle=":")
             ax.set_title(f"{model}, {bw} per host")
             ax.set_xlabel("training time (s)")
-            ax.set_ylabel("test accuracy (%)")
-            ax.set_ylim(bottom=max(10, (100 * target - 15) if target else 10))
+            ax.set_ylabel(metric.label())
+            if metric.accuracy:
+                ax.set_ylim(bottom=max(10, (100 * target - 15) if target else 10))
+            elif target:
+                ax.set_ylim(top=target + 1.0)
             ax.grid(alpha=0.3)
     handles, labels = axes[0][0].get_legend_handles_labels()
     for row in axes:
@@ -269,9 +313,10 @@ def plot_bars(summary, models, bandwidths, configs, style, path):
             ax.set_yticks(y)
             ax.set_yticklabels(names, fontsize=8)
             ax.invert_yaxis()
-            target = next((summary[(model, bw, c)]["target"] for c in configs
-                           if (model, bw, c) in summary), None)
-            ax.set_title(f"{model}, {bw}: time to {100 * target:.0f}%" if target else model)
+            first = next((summary[(model, bw, c)] for c in configs
+                          if (model, bw, c) in summary), None)
+            ax.set_title(f"{model}, {bw}: time to {first['metric'].target(first['target'])}"
+                         if first and first["target"] else model)
             ax.set_xlabel("training time (s); hatched: not reached (whole run)")
             ax.grid(axis="x", alpha=0.3)
     fig.tight_layout()
@@ -317,17 +362,17 @@ def tables_markdown(summary, rows, models, bandwidths, configs):
             if not keys:
                 continue
             first = summary[keys[0]]
-            steep, target = first["steep"], first["target"]
+            steep, target, metric = first["steep"], first["target"], first["metric"]
             base = best_ddp(summary, model, bw, configs)
             seeds = sorted({seed for k in keys for seed in summary[k]["per_seed"]})
             lines.append(f"### {model}, {bw} per host: {len(seeds)} seed"
                          f"{'s' if len(seeds) != 1 else ''}, mean [min, max]\n")
             vs = f"`{base}`"
             header = ["system", "configuration", "seeds", "training (s)", "training / floor",
-                      f"time to {100 * steep:.0f}% (s)", f"time to {100 * target:.0f}% (s)",
-                      "final accuracy (%)", "minus the floor's (points)"]
+                      f"time to {metric.target(steep)} (s)", f"time to {metric.target(target)} (s)",
+                      metric.final(), metric.gap()]
             if base:
-                header += [f"time to {100 * target:.0f}% / {vs}'s", "verdict",
+                header += [f"time to {metric.target(target)} / {vs}'s", "verdict",
                            f"training / {vs}'s", "verdict"]
             header.append("bytes per step on the wire")
             lines.append("| " + " | ".join(header) + " |")
@@ -347,8 +392,10 @@ def tables_markdown(summary, rows, models, bandwidths, configs):
                          time_spread([p[k]["steep"] for k in seeds_here])
                          if all(p[k]["steep_known"] for k in seeds_here) else "no curve committed",
                          time_spread([p[k]["target"] for k in seeds_here]),
-                         spread([x["accuracy"] for x in p.values()], ".2f", 100),
-                         spread(gap, "+.2f", 100) if s is not floor else ""]
+                         spread([x["accuracy"] for x in p.values()], metric.spec(),
+                                metric.scale()),
+                         spread(gap, metric.spec(signed=True), metric.scale())
+                         if s is not floor else ""]
                 if base and s is summary.get((model, bw, base)):
                     cells += ["the baseline", "", "the baseline", ""]
                 elif base:

@@ -332,7 +332,8 @@ TEST(BenchE2eTest, TinyMatrixWritesCsvAndPlots) {
   EXPECT_EQ(rows[0].rfind("system,config,codec,model,bandwidth,run,seed,status,", 0), 0u)
       << rows[0];
   EXPECT_NE(rows[1].find("none (floor)"), std::string::npos) << rows[1];
-  EXPECT_NE(rows[2].find("gradwire,fp16,fp16:ef=0,cnn,50mbit,1,0,ok,0.2,"), std::string::npos)
+  EXPECT_NE(rows[2].find("gradwire,fp16,fp16:ef=0,cnn,50mbit,1,0,ok,test_accuracy,0.2,"),
+            std::string::npos)
       << rows[2];
   for (const char* png : {"accuracy_vs_time.png", "time_to_target.png", "overhead.png"}) {
     std::ifstream in(out + "/" + png, std::ios::binary);
@@ -356,7 +357,7 @@ TEST(BenchE2eTest, TinyMatrixWritesCsvAndPlots) {
   for (std::string line; std::getline(resumed_csv, line);) resumed_rows.push_back(line);
   ASSERT_EQ(resumed_rows.size(), 3u);
   EXPECT_EQ(resumed_rows[1], rows[1]);  // kept as it was
-  EXPECT_NE(resumed_rows[2].find("gradwire,fp16,fp16:ef=0,cnn,50mbit,1,0,ok,0.2,"),
+  EXPECT_NE(resumed_rows[2].find("gradwire,fp16,fp16:ef=0,cnn,50mbit,1,0,ok,test_accuracy,0.2,"),
             std::string::npos)
       << resumed_rows[2];
   // Another command does not resume this directory's matrix.

@@ -137,8 +137,8 @@ TEST(E2eTablesTest, EachSeedAgainstItsOwnFloorAndTheBestDdpWithAVerdictFromThree
   std::vector<std::string> rows;
   for (std::string line; std::getline(csv, line);) rows.push_back(line);
   ASSERT_EQ(rows.size(), 13u);
-  EXPECT_EQ(rows[7].rfind("gradwire,int8,c,cnn,100mbit,2,8,ok,0.85,25.00,0.88,55.00,0.884,80,62,"
-                          "0.2903,",
+  EXPECT_EQ(rows[7].rfind("gradwire,int8,c,cnn,100mbit,2,8,ok,test_accuracy,0.85,25.00,0.88,55.00,"
+                          "0.884,80,62,0.2903,",
                           0),
             0u)
       << rows[7];
@@ -183,6 +183,78 @@ TEST(E2eTablesTest, EachSeedAgainstItsOwnFloorAndTheBestDdpWithAVerdictFromThree
             "| 70.0 [70.0, 70.0] (2/3) | 87.10 [87.00, 87.20] | -1.40 [-1.80, -1.00] "
             "| 1.13x [1.09, 1.17] (+1 not reached) | slower | 1.08x [1.04, 1.11] | slower "
             "| 1,500 |");
+  std::filesystem::remove_all(dir);
+}
+
+// gpt is measured by its validation loss: a target is reached from above, the peer starts
+// from gradwire's initial weights, each side trains with the model's own recipe (no SGD
+// options forced on it), and the tables show losses.
+TEST(E2eTablesTest, ALossIsReachedFromAboveAndTheTablesShowLosses) {
+  const std::string dir = temp_path("loss");
+  std::filesystem::remove_all(dir);
+  std::filesystem::create_directories(dir + "/runs");
+  e2e::Settings s;
+  s.hosts = 2;
+  s.models = {"gpt"};
+  s.bandwidths = {"100mbit"};
+  s.configs = {"ddp:allreduce", "none"};
+  s.seed = 4;
+  s.batch_size = 8;
+  s.accumulate = 2;
+  s.train_sizes["gpt"] = 1000;
+  s.weights_dir = dir + "/weights";
+  s.targets["gpt"] = {2.0, 1.6, "val_loss", false};
+  const auto runs = e2e::build_matrix(s);
+  ASSERT_EQ(runs.size(), 3u);
+  // 1000 windows over 2 workers in steps of 8 x 2: 32 steps an epoch.
+  EXPECT_EQ(e2e::steps_per_epoch(s, "gpt", 2), 32u);
+  const auto ddp = e2e::run_command(s, runs[1], "gradwire", "peer.py", "m.jsonl");
+  const auto has = [](const std::vector<std::string>& cmd, const std::string& word) {
+    return std::find(cmd.begin(), cmd.end(), word) != cmd.end();
+  };
+  ASSERT_TRUE(has(ddp, "--initial-weights"));
+  EXPECT_EQ(*(std::find(ddp.begin(), ddp.end(), "--initial-weights") + 1),
+            dir + "/weights/gpt-seed4.weights");
+  EXPECT_TRUE(has(ddp, "--accumulate"));
+  for (const auto& cmd : {ddp, e2e::run_command(s, runs[2], "gradwire", "peer.py", "m.jsonl")}) {
+    EXPECT_FALSE(has(cmd, "--lr"));
+    EXPECT_FALSE(has(cmd, "--momentum"));
+  }
+  std::map<int, e2e::Outcome> outcomes;
+  std::map<int, std::string> status;
+  e2e::Floors floors;
+  for (const auto& run : runs) {
+    const std::string metrics = dir + "/runs/" + run.id + ".jsonl";
+    std::ofstream out(metrics);
+    const double slow = run.config.system == "ddp" ? 2 : 1;
+    out << R"({"event":"eval","step":10,"val_loss":2.5,"train_s":)" << 10 * slow << "}\n"
+        << R"({"event":"eval","step":20,"val_loss":1.9,"train_s":)" << 20 * slow << "}\n"
+        << R"({"event":"eval","step":30,"val_loss":1.55,"train_s":)" << 30 * slow << "}\n"
+        << R"({"event":"summary","codec":"c","val_loss":1.55,"train_s":)" << 30 * slow
+        << R"(,"steps":32,"bytes_contributed":100,"bytes_on_wire":150})"
+        << "\n";
+    out.close();
+    const e2e::Outcome o = e2e::read_outcome(metrics, s.targets.at("gpt"), 2, 16);
+    ASSERT_TRUE(o.complete);
+    EXPECT_DOUBLE_EQ(o.time_to_steep_s.value_or(-1), 20 * slow);
+    EXPECT_DOUBLE_EQ(o.time_to_target_s.value_or(-1), 30 * slow);
+    EXPECT_DOUBLE_EQ(o.final_quality, 1.55);
+    outcomes[run.index] = o;
+    status[run.index] = "ok";
+    if (run.floor) floors[{run.model, run.repeat}] = o.train_s;
+  }
+  e2e::write_csv(dir + "/results.csv", s, runs, outcomes, status, floors, "runs");
+  const auto r = run_command("/usr/bin/python3 " GRADWIRE_PLOT_E2E " --tables-only " + dir, 120);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::ifstream md_in(dir + "/results.md");
+  const std::string md((std::istreambuf_iterator<char>(md_in)), std::istreambuf_iterator<char>());
+  EXPECT_NE(md.find("| time to loss 2.00 (s) | time to loss 1.60 (s) | final validation loss |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("| gradwire | `none` | 1 | 30.0 | 1.000 | 20.0 | 30.0 | 1.5500 | +0.0000 "
+                    "| 0.50x |"),
+            std::string::npos)
+      << md;
   std::filesystem::remove_all(dir);
 }
 

@@ -29,6 +29,8 @@
 #include "e2e_matrix.h"
 #include "gradwire/core/error.h"
 #include "gradwire/launch/emulated_cluster.h"
+#include "gradwire/train/trainer.h"
+#include "gradwire/train/workload.h"
 
 extern char** environ;
 
@@ -45,6 +47,8 @@ struct E2eArgs {
   std::vector<std::string> configs;
   std::string targets = "cnn=0.88,cnn-wide=0.88";
   std::string steep_targets;  // empty: 0.85 (cnn's), or the plateau accuracy when lower
+  std::string loss_targets;   // the models measured by a loss (gpt): required for them
+  std::string steep_losses;   // empty: the plateau loss
   std::string out;
   bool no_floor = false;
   bool no_plots = false;
@@ -161,8 +165,8 @@ class E2eBench {
     int kept = 0;
     for (const e2e::Run& run : runs_) {
       const std::string metrics = (out_ / "runs" / (run.id + ".jsonl")).string();
-      const e2e::Outcome o =
-          e2e::read_outcome(metrics, s_.targets.at(run.model), run.workers, s_.batch_size);
+      const e2e::Outcome o = e2e::read_outcome(metrics, s_.targets.at(run.model), run.workers,
+                                               s_.batch_size * s_.accumulate);
       if (!o.complete) continue;
       outcomes_[run.index] = o;
       status_[run.index] = "ok";
@@ -184,7 +188,7 @@ class E2eBench {
     const auto command = e2e::run_command(s_, run, self, peer, metrics);
     argv.insert(argv.end(), command.begin(), command.end());
     const e2e::Targets targets = s_.targets.at(run.model);
-    const size_t total_steps = e2e::steps_per_epoch(s_, run.workers) * s_.epochs;
+    const size_t total_steps = e2e::steps_per_epoch(s_, run.model, run.workers) * s_.epochs;
 
     std::cout << "[" << run.index << "/" << runs_.size() << "] " << describe(run) << ": started"
               << (eta_text().empty() ? "" : "; " + eta_text() + " left in all") << std::endl;
@@ -204,14 +208,16 @@ class E2eBench {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       const auto now = Clock::now();
       if (terminal_ || now >= next_line) {
-        const e2e::Outcome o = e2e::read_outcome(metrics, targets, run.workers, s_.batch_size);
+        const e2e::Outcome o =
+            e2e::read_outcome(metrics, targets, run.workers, s_.batch_size * s_.accumulate);
         // A parameter-server run evaluates after training (train/trainer.h): no steps yet.
         std::string line =
             run.config.ps()
                 ? "  training (a parameter-server run is evaluated after training)"
                 : "  step " + std::to_string(o.last_step) + "/" + std::to_string(total_steps) +
-                      (o.evals.empty() ? std::string()
-                                       : ", accuracy " + percent(o.evals.back().second));
+                      (o.evals.empty()
+                           ? std::string()
+                           : ", " + targets.metric + " " + targets.show(o.evals.back().second));
         line += ", " + duration(seconds_since(start)) + " in this run";
         const std::string eta = eta_text(seconds_since(start), run);
         if (!eta.empty()) line += ", " + eta + " left in all";
@@ -225,7 +231,8 @@ class E2eBench {
     }
     if (terminal_) std::cout << "\r\033[K";
     const double wall = seconds_since(start);
-    const e2e::Outcome o = e2e::read_outcome(metrics, targets, run.workers, s_.batch_size);
+    const e2e::Outcome o =
+        e2e::read_outcome(metrics, targets, run.workers, s_.batch_size * s_.accumulate);
     outcomes_[run.index] = o;
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     std::string st = "ok";
@@ -247,18 +254,12 @@ class E2eBench {
     char summary[256];
     std::snprintf(summary, sizeof summary,
                   "final %s, %s reached at %s, %s at %s, training %.1f s, wall %s",
-                  percent(o.final_accuracy).c_str(), percent(targets.steep).c_str(),
-                  reached(o.time_to_steep_s).c_str(), percent(targets.plateau).c_str(),
+                  targets.show(o.final_quality).c_str(), targets.show(targets.steep).c_str(),
+                  reached(o.time_to_steep_s).c_str(), targets.show(targets.plateau).c_str(),
                   reached(o.time_to_target_s).c_str(), o.train_s, duration(wall).c_str());
     std::cout << "[" << run.index << "/" << runs_.size() << "] " << describe(run) << ": "
               << (st == "ok" ? std::string(summary) : st) << std::endl;
     return st == "ok" ? 0 : 1;
-  }
-
-  static std::string percent(double fraction) {
-    char text[16];
-    std::snprintf(text, sizeof text, "%.2f%%", 100 * fraction);
-    return text;
   }
 
   // SIGTERM (the cluster removes its namespaces and stops its ranks), SIGKILL after 60 s.
@@ -363,15 +364,38 @@ int run_e2e(E2eArgs& args, const std::vector<std::string>& raw_args) {
     throw ConfigError("--bandwidth and --models must name at least one each");
   }
   for (const auto& bw : s.bandwidths) launch::parse_rate(bw);  // fails early on a typo
-  const auto plateau = e2e::parse_accuracies(args.targets, s.models, "--target-accuracy");
-  const auto steep = e2e::parse_accuracies(args.steep_targets.empty() ? "0.85" : args.steep_targets,
-                                           s.models, "--steep-accuracy");
+  std::vector<std::string> by_accuracy, by_loss;
   for (const auto& model : s.models) {
+    (e2e::measured_by_loss(model) ? by_loss : by_accuracy).push_back(model);
+  }
+  const auto plateau = e2e::parse_targets(args.targets, by_accuracy, "--target-accuracy");
+  const auto steep = e2e::parse_targets(args.steep_targets.empty() ? "0.85" : args.steep_targets,
+                                        by_accuracy, "--steep-accuracy");
+  for (const auto& model : by_accuracy) {
     if (!args.steep_targets.empty() && steep.at(model) > plateau.at(model)) {
       throw ConfigError("--steep-accuracy of " + model + " is above its --target-accuracy");
     }
     s.targets[model] = {std::min(steep.at(model), plateau.at(model)), plateau.at(model)};
   }
+  if (!by_loss.empty() && args.loss_targets.empty()) {
+    throw ConfigError("--target-loss is required for " + by_loss.front() +
+                      " (its metric is the validation loss): e.g. --target-loss " +
+                      by_loss.front() + "=1.6");
+  }
+  const auto loss = e2e::parse_targets(args.loss_targets, by_loss, "--target-loss", true);
+  const auto steep_loss =
+      e2e::parse_targets(args.steep_losses.empty() ? args.loss_targets : args.steep_losses, by_loss,
+                         "--steep-loss", true);
+  for (const auto& model : by_loss) {
+    if (steep_loss.at(model) < loss.at(model)) {
+      throw ConfigError("--steep-loss of " + model + " is below its --target-loss");
+    }
+    s.targets[model] = {steep_loss.at(model), loss.at(model), "val_loss", false};
+  }
+  for (const auto& model : s.models) {
+    s.train_sizes[model] = e2e::train_samples(model, s.train_limit, "");
+  }
+  s.weights_dir = (fs::path(args.out) / "weights").string();
   s.compute_floor = !args.no_floor;
   auto runs = e2e::build_matrix(s);  // ConfigError for a bad configuration, before anything runs
   if (!launch::running_as_root()) {
@@ -403,6 +427,17 @@ int run_e2e(E2eArgs& args, const std::vector<std::string>& raw_args) {
     fs::create_directories(args.out);
     std::ofstream out(command_file, std::ios::trunc);
     out << command << "\n";  // closed here: a matrix of hours may be killed before it ends
+  }
+  // The DDP peer starts from gradwire's initial weights where it cannot draw them itself.
+  fs::create_directories(s.weights_dir);
+  for (const auto& model : s.models) {
+    for (int r = 1; r <= s.seeds; ++r) {
+      train::TrainOptions options;
+      options.model = model;
+      options.seed = s.seed + r - 1;
+      const std::string path = e2e::initial_weights_path(s, model, options.seed);
+      if (!path.empty()) train::write_initial_weights(options, path);
+    }
   }
   std::cout << "gradwire bench e2e: " << runs.size() << " runs (" << s.models.size() << " models x "
             << s.bandwidths.size() << " bandwidths x " << s.configs.size() << " configurations x "
@@ -451,6 +486,11 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
   e2e->add_option("--steep-accuracy", args->steep_targets,
                   "an accuracy on the steep part of the curve to time too, as --target-accuracy "
                   "(default 0.85, or the target when lower)");
+  e2e->add_option("--target-loss", args->loss_targets,
+                  "the validation loss to time for the models measured by one (gpt): 1.6 or "
+                  "gpt=1.6");
+  e2e->add_option("--steep-loss", args->steep_losses,
+                  "a higher validation loss to time too, as --target-loss (default: the target)");
   e2e->add_option("--seeds,--runs", s.seeds,
                   "seeds of each configuration, run in rounds: round r runs every configuration "
                   "and the compute floor with seed SEED + r - 1 (A B A B); the tables give the "
@@ -458,8 +498,14 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
       ->capture_default_str();
   e2e->add_option("--out", args->out, "output directory")->required();
   e2e->add_option("--batch-size", s.batch_size, "per worker")->capture_default_str();
-  e2e->add_option("--lr", s.lr)->capture_default_str();
-  e2e->add_option("--momentum", s.momentum)->capture_default_str();
+  e2e->add_option_function<double>(
+      "--lr", [&s](double v) { s.lr = v; }, "learning rate of every run (default: each model's)");
+  e2e->add_option_function<double>(
+      "--momentum", [&s](double v) { s.momentum = v; },
+      "SGD momentum of every synchronous run (default: the recipe's, 0.9)");
+  e2e->add_option("--accumulate", s.accumulate, "micro-batches per step, both sides")
+      ->capture_default_str()
+      ->check(CLI::PositiveNumber);
   e2e->add_option("--async-momentum", s.async_momentum,
                   "momentum of the asynchronous (ps) configurations")
       ->capture_default_str();

@@ -13,6 +13,8 @@
 #include "gradwire/strategy/ps/job.h"
 #include "gradwire/strategy/ps/updater.h"
 #include "gradwire/strategy/registry.h"
+#include "gradwire/text_corpus.h"
+#include "gradwire/train/gpt.h"
 
 namespace gradwire::cli::e2e {
 namespace {
@@ -36,9 +38,15 @@ std::string slug(const std::string& text) {
   return out;
 }
 
-double parse_accuracy(const std::string& text, const std::string& option) {
+double parse_target(const std::string& text, const std::string& option, bool loss) {
   char* end = nullptr;
   const double value = std::strtod(text.c_str(), &end);
+  if (loss) {
+    if (text.empty() || *end != '\0' || !(value > 0) || !std::isfinite(value)) {
+      throw ConfigError(option + ": '" + text + "' is not a loss (a positive number such as 1.6)");
+    }
+    return value;
+  }
   if (text.empty() || *end != '\0' || !(value > 0) || value >= 100) {
     throw ConfigError(option + ": '" + text +
                       "' is not an accuracy (a fraction such as 0.88 or a percentage such as 88)");
@@ -63,12 +71,40 @@ std::vector<std::string> default_configs() {
           "fp16",          "int8",     "powersgd:min_rate=2,rank=8",  "auto"};
 }
 
-std::map<std::string, double> parse_accuracies(const std::string& text,
-                                               const std::vector<std::string>& models,
-                                               const std::string& option) {
+std::string Targets::show(double value) const {
+  char text[32];
+  if (higher_is_better) {
+    std::snprintf(text, sizeof text, "%.2f%%", 100 * value);
+  } else {
+    std::snprintf(text, sizeof text, "%.4f", value);
+  }
+  return text;
+}
+
+bool measured_by_loss(const std::string& model) { return model == "gpt"; }
+
+size_t train_samples(const std::string& model, size_t limit, const std::string& corpus) {
+  size_t n = kFashionMnistTrain;
+  if (measured_by_loss(model)) {
+    const auto text = load_text_corpus(corpus.empty() ? kBibleCorpusPath : corpus);
+    n = static_cast<size_t>((text.train.numel() - 1) / train::GptConfig{}.context);
+  }
+  return limit > 0 ? std::min(limit, n) : n;
+}
+
+std::string initial_weights_path(const Settings& settings, const std::string& model,
+                                 uint64_t seed) {
+  if (!measured_by_loss(model)) return "";
+  return settings.weights_dir + "/" + model + "-seed" + std::to_string(seed) + ".weights";
+}
+
+std::map<std::string, double> parse_targets(const std::string& text,
+                                            const std::vector<std::string>& models,
+                                            const std::string& option, bool loss) {
   std::map<std::string, double> accuracies;
+  if (models.empty()) return accuracies;
   if (text.find('=') == std::string::npos) {
-    const double all = parse_accuracy(text, option);
+    const double all = parse_target(text, option, loss);
     for (const auto& m : models) accuracies[m] = all;
     return accuracies;
   }
@@ -76,12 +112,14 @@ std::map<std::string, double> parse_accuracies(const std::string& text,
   for (std::string item; std::getline(in, item, ',');) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) {
-      throw ConfigError(option + ": '" + item + "' is not MODEL=ACCURACY");
+      throw ConfigError(option + ": '" + item + "' is not MODEL=" + (loss ? "LOSS" : "ACCURACY"));
     }
-    accuracies[item.substr(0, eq)] = parse_accuracy(item.substr(eq + 1), option);
+    accuracies[item.substr(0, eq)] = parse_target(item.substr(eq + 1), option, loss);
   }
   for (const auto& m : models) {
-    if (!accuracies.count(m)) throw ConfigError(option + " gives no accuracy for model " + m);
+    if (!accuracies.count(m)) {
+      throw ConfigError(option + " gives no " + (loss ? "loss" : "accuracy") + " for model " + m);
+    }
   }
   return accuracies;
 }
@@ -139,11 +177,14 @@ Config parse_config(const std::string& text) {
   return c;
 }
 
-size_t steps_per_epoch(const Settings& settings, int workers) {
-  const size_t n = settings.train_limit > 0 ? std::min(settings.train_limit, kFashionMnistTrain)
-                                            : kFashionMnistTrain;
+size_t steps_per_epoch(const Settings& settings, const std::string& model, int workers) {
+  const auto known = settings.train_sizes.find(model);
+  const size_t n = known != settings.train_sizes.end()
+                       ? known->second
+                       : train_samples(model, settings.train_limit, "");
   const size_t shard = (n + workers - 1) / workers;
-  return (shard + settings.batch_size - 1) / settings.batch_size;
+  const size_t step = static_cast<size_t>(settings.batch_size) * settings.accumulate;
+  return (shard + step - 1) / step;
 }
 
 std::vector<Run> build_matrix(const Settings& settings) {
@@ -182,24 +223,33 @@ std::vector<Run> build_matrix(const Settings& settings) {
 
 std::vector<std::string> run_command(const Settings& s, const Run& run, const std::string& self,
                                      const std::string& peer, const std::string& metrics) {
-  const size_t eval_every = s.eval_every > 0
-                                ? s.eval_every
-                                : std::max<size_t>(1, (steps_per_epoch(s, run.workers) + 3) / 4);
+  const size_t eval_every =
+      s.eval_every > 0 ? s.eval_every
+                       : std::max<size_t>(1, (steps_per_epoch(s, run.model, run.workers) + 3) / 4);
+  const uint64_t seed = s.seed + run.repeat - 1;
   std::vector<std::string> common = {"--model",      run.model,
                                      "--epochs",     std::to_string(s.epochs),
                                      "--batch-size", std::to_string(s.batch_size),
-                                     "--lr",         number(s.lr),
-                                     "--seed",       std::to_string(s.seed + run.repeat - 1),
+                                     "--seed",       std::to_string(seed),
                                      "--threads",    "1",
                                      "--eval-every", std::to_string(eval_every),
                                      "--metrics",    metrics,
                                      "--progress",   "none"};
+  if (s.lr) common.insert(common.end(), {"--lr", number(*s.lr)});
+  if (s.accumulate > 1) common.insert(common.end(), {"--accumulate", std::to_string(s.accumulate)});
+  // Momentum: SGD's (the recipe's 0.9 unless given); the asynchronous configurations' own.
+  const auto momentum = [&](std::vector<std::string>& cmd) {
+    if (s.momentum) cmd.insert(cmd.end(), {"--momentum", number(*s.momentum)});
+  };
   if (s.train_limit > 0)
     common.insert(common.end(), {"--train-limit", std::to_string(s.train_limit)});
   if (s.test_limit > 0) common.insert(common.end(), {"--test-limit", std::to_string(s.test_limit)});
   std::vector<std::string> cmd;
   if (run.config.system == "ddp") {
-    cmd = {"/usr/bin/python3", peer, "--hook", run.config.hook, "--momentum", number(s.momentum)};
+    cmd = {"/usr/bin/python3", peer, "--hook", run.config.hook};
+    momentum(cmd);
+    const std::string weights = initial_weights_path(s, run.model, seed);
+    if (!weights.empty()) cmd.insert(cmd.end(), {"--initial-weights", weights});
     if (run.config.hook == "powersgd") {
       cmd.insert(cmd.end(), {"--powersgd-rank", std::to_string(run.config.powersgd_rank),
                              "--powersgd-start-iter", std::to_string(run.config.powersgd_start)});
@@ -223,13 +273,12 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
            "--strategy",
            "gossip",
            "--gossip-trigger",
-           run.config.gossip_trigger,
-           "--momentum",
-           number(s.momentum)};
+           run.config.gossip_trigger};
+    momentum(cmd);
     if (run.config.gossip_wait) cmd.push_back("--gossip-wait");
   } else {
-    cmd = {self,         "train",           "--worker", "--compressor", run.config.codec,
-           "--momentum", number(s.momentum)};
+    cmd = {self, "train", "--worker", "--compressor", run.config.codec};
+    momentum(cmd);
     // The cost model of auto and of sparse aggregation is told the link, as a user would.
     if (!run.floor) cmd.insert(cmd.end(), {"--link-bandwidth", run.bandwidth});
   }
@@ -258,15 +307,17 @@ Outcome read_outcome(const std::string& metrics_path, Targets targets, int worke
     }
     const std::string event = j.value("event", "");
     if (event == "eval") {
-      const double t = j.value("train_s", 0.0), acc = j.value("test_accuracy", 0.0);
-      out.evals.emplace_back(t, acc);
+      const double t = j.value("train_s", 0.0), value = j.value(targets.metric, 0.0);
+      out.evals.emplace_back(t, value);
       out.last_step = std::max<size_t>(out.last_step, j.value("step", size_t{0}));
-      if (!out.time_to_steep_s && acc >= targets.steep) out.time_to_steep_s = t;
-      if (!out.time_to_target_s && acc >= targets.plateau) out.time_to_target_s = t;
+      if (!out.time_to_steep_s && targets.reached(value, targets.steep)) out.time_to_steep_s = t;
+      if (!out.time_to_target_s && targets.reached(value, targets.plateau)) {
+        out.time_to_target_s = t;
+      }
     } else if (event == "summary") {
       out.complete = true;
       out.codec = j.value("codec", "");
-      out.final_accuracy = j.value("test_accuracy", 0.0);
+      out.final_quality = j.value(targets.metric, 0.0);
       out.train_s = j.value("train_s", j.value("elapsed_s", 0.0));
       // Metrics of earlier versions have only "bytes_sent" (the contribution).
       const double sent = j.value("bytes_contributed", j.value("bytes_sent", 0.0));
@@ -290,8 +341,10 @@ void write_csv(const std::string& path, const Settings& settings, const std::vec
                const Floors& floors, const std::string& runs_dir) {
   std::ofstream csv(path, std::ios::trunc);
   if (!csv) throw SystemError(errno_message("cannot write " + path, errno));
-  csv << "system,config,codec,model,bandwidth,run,seed,status,steep_accuracy,time_to_steep_s,"
-         "target_accuracy,time_to_target_s,final_accuracy,train_s,compute_floor_s,overhead,"
+  // The targets and the final value in the model's metric (CSVs of earlier versions named
+  // these columns steep_accuracy, target_accuracy and final_accuracy, and had no metric).
+  csv << "system,config,codec,model,bandwidth,run,seed,status,metric,steep_target,"
+         "time_to_steep_s,target,time_to_target_s,final,train_s,compute_floor_s,overhead,"
          "bytes_per_step,wire_bytes_per_step,bytes_received_per_step,metrics\n";
   const auto seconds = [](const std::optional<double>& t) {
     char text[32] = "";
@@ -311,8 +364,9 @@ void write_csv(const std::string& path, const Settings& settings, const std::vec
     csv << run.config.system << "," << csv_field(run.floor ? "none (floor)" : run.config.name)
         << "," << csv_field(o.codec) << "," << run.model << "," << run.bandwidth << ","
         << run.repeat << "," << settings.seed + run.repeat - 1 << "," << st->second << ","
-        << targets.steep << "," << seconds(o.time_to_steep_s) << "," << targets.plateau << ","
-        << seconds(o.time_to_target_s) << "," << (o.complete ? number(o.final_accuracy) : "") << ","
+        << targets.metric << "," << targets.steep << "," << seconds(o.time_to_steep_s) << ","
+        << targets.plateau << "," << seconds(o.time_to_target_s) << ","
+        << (o.complete ? number(o.final_quality) : "") << ","
         << (o.complete ? number(o.train_s) : "") << ","
         << (floor != floors.end() ? number(floor->second) : "") << "," << overhead << ","
         << (o.complete ? number(std::round(o.bytes_per_step)) : "") << ","

@@ -26,13 +26,29 @@ namespace gradwire::cli::e2e {
 // then gradwire's exact codecs, its PowerSGD and its default (auto).
 std::vector<std::string> default_configs();
 
-// The test accuracies a run is timed to, fractions in (0, 1): `steep`, in the steep part of
-// the curve where methods differ by how fast they learn (cnn: 0.85), and `plateau`, the
-// accuracy a finished run holds (cnn: 0.88), which noisy curves cross late and unevenly.
+// The values of its metric a run is timed to: `steep`, in the steep part of the curve where
+// methods differ by how fast they learn (cnn: 0.85), and `plateau`, the value a finished run
+// holds (cnn: 0.88), which noisy curves cross late and unevenly. The classifiers' metric is
+// test accuracy (fractions in (0, 1), higher is better), gpt's the validation loss in nats
+// per character (lower is better: the steep target is the higher loss).
 struct Targets {
   double steep = 0;
   double plateau = 0;
+  std::string metric = "test_accuracy";
+  bool higher_is_better = true;
+  bool reached(double value, double target) const {
+    return higher_is_better ? value >= target : value <= target;
+  }
+  // "88.00%" or "1.6000"
+  std::string show(double value) const;
 };
+
+// The metric of a built-in model ("test_accuracy", or "val_loss" for gpt).
+bool measured_by_loss(const std::string& model);
+
+// Training samples of a model: Fashion-MNIST's 60000 images, or gpt's windows of the
+// corpus's training text (read from `corpus`), at most `limit` when > 0.
+size_t train_samples(const std::string& model, size_t limit, const std::string& corpus);
 
 struct Settings {
   int hosts = 4;
@@ -45,8 +61,11 @@ struct Settings {
   // drift over hours hits every configuration alike (A B A B, not A A B B).
   int seeds = 1;
   int batch_size = 64;
-  double lr = 0.05;
-  double momentum = 0.9;
+  int accumulate = 1;  // micro-batches per step (--accumulate of both sides)
+  // Given: passed to every run; unset: each model's recipe (train/recipe.h), which the DDP
+  // peer reproduces (SGD with momentum 0.9 at 0.05; gpt AdamW at 0.002, warm-up, cosine).
+  std::optional<double> lr;
+  std::optional<double> momentum;
   // Momentum of the asynchronous (ps) configurations: 0.9 diverges with 4 asynchronous
   // workers (implicit momentum, docs/PARAMETER_SERVER.md); 0.6 is the documented setting.
   double async_momentum = 0.6;
@@ -54,16 +73,25 @@ struct Settings {
   size_t eval_every = 0;  // 0: a quarter of an epoch
   size_t train_limit = 0;
   size_t test_limit = 0;
-  std::map<std::string, Targets> targets;  // model -> accuracies to time
-  bool compute_floor = true;               // also run `none` unshaped per model and seed
+  std::map<std::string, Targets> targets;     // model -> values of its metric to time
+  std::map<std::string, size_t> train_sizes;  // model -> training samples (train_samples())
+  // Where the initial weights of the models the DDP peer cannot draw itself (gpt) are, one
+  // file per model and seed (initial_weights_path); the bench writes them before the runs.
+  std::string weights_dir;
+  bool compute_floor = true;  // also run `none` unshaped per model and seed
   double run_timeout_s = 7200;
 };
 
-// "0.88", "88" or "cnn=0.88,cnn-wide=89": an accuracy for every model (fractions or
-// percent). `option` names the flag in errors.
-std::map<std::string, double> parse_accuracies(const std::string& text,
-                                               const std::vector<std::string>& models,
-                                               const std::string& option);
+// "0.88", "88" or "cnn=0.88,cnn-wide=89": an accuracy for every model of `models`
+// (fractions or percent); with `loss`, a loss ("1.6", "gpt=1.6": a positive number).
+// `option` names the flag in errors.
+std::map<std::string, double> parse_targets(const std::string& text,
+                                            const std::vector<std::string>& models,
+                                            const std::string& option, bool loss = false);
+
+// The file of a model's initial weights for a seed under settings.weights_dir (empty for the
+// models the peer draws from the seed itself).
+std::string initial_weights_path(const Settings& settings, const std::string& model, uint64_t seed);
 
 struct Config {
   std::string name;                  // as written in --configs
@@ -98,8 +126,9 @@ struct Run {
 // bandwidth x config, in that nesting.
 std::vector<Run> build_matrix(const Settings& settings);
 
-// Steps of one worker per epoch (DistributedSampler's shard in batches).
-size_t steps_per_epoch(const Settings& settings, int workers);
+// Steps of one worker per epoch (DistributedSampler's shard in batches of batch_size x
+// accumulate).
+size_t steps_per_epoch(const Settings& settings, const std::string& model, int workers);
 
 // The program and arguments each rank of `run` executes. `self` is the gradwire
 // executable, `peer` bench/peers/ddp_peer.py; the metrics go to `metrics`.
@@ -113,10 +142,10 @@ std::vector<std::string> run_environment(const Run& run);
 struct Outcome {
   bool complete = false;                         // a summary line was found
   std::string codec;                             // the codec in use, as the run printed it
-  std::vector<std::pair<double, double>> evals;  // (train_s, test_accuracy)
+  std::vector<std::pair<double, double>> evals;  // (train_s, the metric)
   std::optional<double> time_to_steep_s;         // first evaluation at Targets::steep or above
   std::optional<double> time_to_target_s;        // and at Targets::plateau
-  double final_accuracy = 0;
+  double final_quality = 0;                      // the metric at the end
   double train_s = 0;
   double bytes_per_step = 0;           // contributed per worker per step (codec output)
   double wire_bytes_per_step = 0;      // put on the network per worker per step (0: unknown)
