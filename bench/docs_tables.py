@@ -55,6 +55,7 @@ GENERATORS = {
     "link-rates/results.md": ["emulation/link_rates.py", ".", "20mbit", "1gbit", "10gbit",
                               "unlimited"],
     "timeline-cost/results.md": ["timeline/timeline_cost.py", "."],
+    "gpt-adamw-codecs/results.md": ["quality/adam_codecs_table.py", "."],
     "overlap-layout/step-time-loopback/summary.md": ["./summary.py", "runs-cnn.txt",
                                                      "runs-cnn-wide.txt"],
 }

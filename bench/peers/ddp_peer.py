@@ -299,7 +299,7 @@ class TextJob:
 def recipe(args):
     """gradwire's recipe (src/gradwire/train/recipe.h): the model's, with what is given."""
     gpt = args.model == "gpt"
-    r = {"optimizer": "adamw" if gpt else "sgd", "lr": 2e-3 if gpt else 0.05, "momentum": 0.9,
+    r = {"optimizer": "adamw" if gpt else "sgd", "lr": 5e-3 if gpt else 0.05, "momentum": 0.9,
          "weight_decay": 0.1 if gpt else 0.0, "schedule": "cosine" if gpt else "constant",
          "warmup": 0.05 if gpt else 0.0, "clip_norm": 1.0 if gpt else 0.0}
     for key in r:

@@ -72,6 +72,16 @@
 // exchange holds the average of the corrected momentum updates u, not of the gradients.
 // codec_spec() shows the result; set DistributedOptions::momentum_correction = false to
 // keep the optimizer untouched.
+//
+// Other optimizers (Adam, AdamW, RMSprop, Adagrad: each coordinate scaled by statistics of
+// its own gradient) are never changed: a codec with error feedback compresses the gradient
+// plus its residual, and the optimizer steps on the decompressed average, as it would on
+// the exact one. Under AdamW (gpt, 3 seeds) fp16, int8 and PowerSGD of rank 16 ended
+// within 2% of none's validation loss; top-k at 1%, 2bit and signSGD 33-69% above it,
+// PowerSGD of rank 4 15-19%: Adam's per-coordinate step turns a residual released late into a step
+// as large as any other, and its second moment, fed bursts, no longer estimates the gradient's
+// scale (docs/CODECS.md, "Under Adam"). So `auto` under these optimizers runs its PowerSGD
+// plan at rank 16 (strategy/registry.h).
 #pragma once
 
 #include <memory>

@@ -211,6 +211,36 @@ TEST(DistributedOptimizerTest, CodecMismatchFailsAtConstruction) {
   EXPECT_NE(errors[0].find("rank 0 has 'codec fp16"), std::string::npos) << errors[0];
 }
 
+// auto under an optimizer that scales each coordinate (Adam, AdamW...) runs its PowerSGD
+// plan at the rank that converged under AdamW (registry.h); under SGD at its own; a
+// rank or plans the user gave stay.
+TEST(DistributedOptimizerTest, AutoUnderAdamRunsPowerSgdAtTheRankThatConverges) {
+  SmallNet net;
+  const auto rank_of = [](const std::string& spec) {
+    const auto at = spec.find("rank=");
+    return at == std::string::npos ? std::string() : spec.substr(at, spec.find(',', at) - at);
+  };
+  const std::string adam_rank = "rank=" + std::to_string(strategy::kPerCoordinateRank);
+  {
+    DistributedOptimizer opt(solo_context(), torch::optim::AdamW(net.parameters()), net,
+                             {.compressor = "auto"});
+    EXPECT_EQ(rank_of(opt.codec_spec()), adam_rank) << opt.codec_spec();
+  }
+  {
+    DistributedOptimizer opt(solo_context(), torch::optim::Adam(net.parameters()), net);
+    EXPECT_EQ(rank_of(opt.codec_spec()), adam_rank) << opt.codec_spec();
+  }
+  {
+    DistributedOptimizer opt(solo_context(), torch::optim::SGD(net.parameters(), 0.1), net);
+    EXPECT_EQ(rank_of(opt.codec_spec()), "rank=8") << opt.codec_spec();
+  }
+  {
+    DistributedOptimizer opt(solo_context(), torch::optim::AdamW(net.parameters()), net,
+                             {.compressor = "auto:rank=4"});
+    EXPECT_EQ(rank_of(opt.codec_spec()), "rank=4") << opt.codec_spec();
+  }
+}
+
 double sgd_momentum(DistributedOptimizer& opt) {
   return static_cast<torch::optim::SGDOptions&>(opt.optimizer().param_groups()[0].options())
       .momentum();

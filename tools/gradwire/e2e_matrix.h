@@ -63,7 +63,7 @@ struct Settings {
   int batch_size = 64;
   int accumulate = 1;  // micro-batches per step (--accumulate of both sides)
   // Given: passed to every run; unset: each model's recipe (train/recipe.h), which the DDP
-  // peer reproduces (SGD with momentum 0.9 at 0.05; gpt AdamW at 0.002, warm-up, cosine).
+  // peer reproduces (SGD with momentum 0.9 at 0.05; gpt AdamW at 0.005, warm-up, cosine).
   std::optional<double> lr;
   std::optional<double> momentum;
   // Momentum of the asynchronous (ps) configurations: 0.9 diverges with 4 asynchronous

@@ -118,6 +118,7 @@ int run_worker(TrainArgs& a) {
 
 int launch_workers(TrainArgs& a, const CLI::App& train) {
   if (a.workers < 1) throw ConfigError("--workers must be at least 1");
+  train::check_options(a.options);
   a.options.exchange.compressor =
       strategy::codec_or_default(a.options.exchange.compressor, a.options.exchange.strategy);
   const int cores = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
@@ -294,7 +295,7 @@ void add_train_command(CLI::App& app, int& exit_code) {
   };
   optional_word("--optimizer", o.optimizer, "sgd or adamw (default: the model's: sgd, gpt adamw)",
                 {"sgd", "adamw"});
-  optional_number("--lr", o.lr, "Peak learning rate (default: the model's: 0.05, gpt 0.002)");
+  optional_number("--lr", o.lr, "Peak learning rate (default: the model's: 0.05, gpt 0.005)");
   optional_number("--momentum", o.momentum, "SGD momentum (default 0.9)");
   optional_number("--weight-decay", o.weight_decay,
                   "Weight decay: SGD on every parameter, AdamW decoupled on weight matrices "

@@ -19,6 +19,14 @@ std::string codec_or_default(const std::string& codec, const std::string& strate
 
 bool is_adaptive_codec(const std::string& codec) { return AdaptiveOptions::matches(codec); }
 
+std::string codec_for_per_coordinate_optimizer(const std::string& codec) {
+  if (!is_adaptive_codec(codec)) return codec;
+  Spec spec = Spec::parse(codec);
+  if (spec.name != "auto" || spec.params.count("plans") || spec.params.count("rank")) return codec;
+  spec.params["rank"] = std::to_string(kPerCoordinateRank);
+  return spec.to_string();
+}
+
 std::string canonical_codec(const std::string& codec) {
   return is_adaptive_codec(codec) ? AdaptiveOptions::parse(codec).canonical
                                   : compress::CodecPolicy::parse(codec).canonical();

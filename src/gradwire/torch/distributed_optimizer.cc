@@ -44,6 +44,29 @@ std::vector<std::string> option_lines(const DistributedOptions& options) {
       std::string("broadcast buffers ") + (options.broadcast_buffers ? "on" : "off")};
 }
 
+// Adam, AdamW, RMSprop and Adagrad divide each coordinate by statistics of its own
+// gradients (registry.h: auto's plans under them).
+bool scales_per_coordinate(torch::optim::Optimizer& optimizer) {
+  return dynamic_cast<torch::optim::Adam*>(&optimizer) ||
+         dynamic_cast<torch::optim::AdamW*>(&optimizer) ||
+         dynamic_cast<torch::optim::RMSprop*>(&optimizer) ||
+         dynamic_cast<torch::optim::Adagrad*>(&optimizer);
+}
+
+// The allreduce strategy's options: the user's (the one place they are translated).
+strategy::AllreduceOptions allreduce_options(const DistributedOptions& options,
+                                             const std::string& codec) {
+  strategy::AllreduceOptions o;
+  o.codec = codec;
+  o.bucket_bytes = options.bucket_bytes;
+  o.first_bucket_bytes = options.first_bucket_bytes;
+  o.overlap = options.overlap;
+  o.sparse_aggregation = options.sparse_aggregation;
+  o.link = comm::LinkModel::from_bandwidth(options.link_latency_s, options.link_bits_per_s);
+  if (!options.measured_buckets) o.layout_steps = 0;
+  return o;
+}
+
 }  // namespace
 
 DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
@@ -104,6 +127,9 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
 
   std::string codec = strategy::codec_or_default(options.compressor, options.strategy);
   const bool adaptive = strategy::is_adaptive_codec(codec);
+  if (adaptive && scales_per_coordinate(*m.optimizer)) {
+    codec = strategy::codec_for_per_coordinate_optimizer(codec);
+  }
   if (adaptive && options.strategy != "allreduce") {
     throw ConfigError("codec '" + codec + "' chooses among allreduce plans; strategy '" +
                       options.strategy + "' needs a fixed codec");
@@ -126,15 +152,8 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
   } else if (options.strategy == "gossip") {
     m.strategy = make_gossip_strategy(m.context, codec, options.gossip);
   } else {
-    strategy::AllreduceOptions planned;
-    planned.codec = codec;
-    planned.bucket_bytes = options.bucket_bytes;
-    planned.first_bucket_bytes = options.first_bucket_bytes;
-    planned.overlap = options.overlap;
-    planned.sparse_aggregation = options.sparse_aggregation;
-    planned.link = comm::LinkModel::from_bandwidth(options.link_latency_s, options.link_bits_per_s);
-    if (!options.measured_buckets) planned.layout_steps = 0;
-    m.strategy = strategy::create_allreduce_strategy(m.context->collectives(), planned);
+    m.strategy = strategy::create_allreduce_strategy(m.context->collectives(),
+                                                     allreduce_options(options, codec));
   }
   {
     torch::NoGradGuard no_grad;

@@ -36,7 +36,7 @@ struct Job {
 // samples, epochs x the training set.
 Job start_job(const TrainOptions& options, std::shared_ptr<Context> context);
 
-// "model gpt, codec fp16, 30842 training samples, batch 8 per worker, adamw lr 0.002
+// "model gpt, codec fp16, 30842 training samples, batch 8 per worker, adamw lr 0.005
 // (cosine, warm-up 0.05), clip 1": for the line each loop prints first.
 std::string describe_job(const TrainOptions& options, const Job& job);
 // The same for the metrics' summary line: model, metric, batch, the recipe, the initial

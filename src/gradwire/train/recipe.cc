@@ -29,7 +29,7 @@ Recipe model_recipe(const std::string& model) {
   Recipe r;
   if (model == "gpt") {
     r.optimizer = "adamw";
-    r.lr = 2e-3;
+    r.lr = 5e-3;
     r.weight_decay = 0.1;
     r.schedule = "cosine";
     r.warmup = 0.05;

@@ -17,6 +17,7 @@
 #include "gradwire/strategy/registry.h"
 #include "gradwire/train/job_output.h"
 #include "gradwire/train/job_start.h"
+#include "gradwire/train/recipe.h"
 #include "gradwire/train/workload.h"
 
 namespace gradwire::train {
@@ -106,14 +107,23 @@ void set_compute_threads(int threads) {
   at::set_num_interop_threads(threads);
 }
 
+void check_options(const TrainOptions& options) {
+  if (options.epochs < 1) throw ConfigError("--epochs must be at least 1");
+  if (options.batch_size < 1) throw ConfigError("--batch-size must be at least 1");
+  const Recipe recipe = recipe_of(options);
+  check_recipe(recipe);
+  if (options.exchange.strategy == "ps" && recipe.optimizer != "sgd") {
+    throw ConfigError("--strategy ps: the servers apply SGD; " + options.model + "'s recipe uses " +
+                      recipe.optimizer + " (pass --optimizer sgd and an --lr)");
+  }
+}
+
 TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> context_ptr) {
   TrainOptions options = given;
   options.exchange.compressor =
       strategy::codec_or_default(given.exchange.compressor, given.exchange.strategy);
   Context& context = *context_ptr;
-  if (options.epochs < 1) throw ConfigError("--epochs must be at least 1");
-  if (options.batch_size < 1) throw ConfigError("--batch-size must be at least 1");
-  check_recipe(recipe_of(options));
+  check_options(options);
   if (options.exchange.strategy == "ps") {
     if (!options.timeline_path.empty()) {
       throw ConfigError("--timeline records allreduce jobs; parameter-server jobs have none yet");

@@ -102,6 +102,10 @@ struct Recipe;
 // The model's recipe with what `options` sets instead (recipe.h).
 Recipe recipe_of(const TrainOptions& options);
 
+// ConfigError naming the option when `options` cannot make a job (checked by
+// run_training, and by the launcher before it starts any worker).
+void check_options(const TrainOptions& options);
+
 // Sets libtorch's intra-op threads (and inter-op threads, which must happen before any
 // parallel work starts) for this process.
 void set_compute_threads(int threads);
