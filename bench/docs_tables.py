@@ -113,8 +113,9 @@ def verdict_lines(folder):
                               and (model, bw, c) in summary]
             target, steep, metric = (summary[(model, bw, best)][k]
                                      for k in ("target", "steep", "metric"))
-            lines.append(f"- {model}, {bw}: the best DDP configuration (least mean time to "
-                         f"{metric.target(target)}) is `{best}`.")
+            lines.append(f"- {model}, {bw}: the best DDP configuration (reaching "
+                         f"{metric.target(target)} in the most seeds, then the least mean time "
+                         f"to it) is `{best}`.")
             for config in results.configs:
                 key = (model, bw, config)
                 if key not in summary or summary[key]["system"] == "ddp":

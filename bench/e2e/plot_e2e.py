@@ -219,12 +219,14 @@ def ratio_text(values):
 
 
 def best_ddp(summary, model, bw, configs):
-    """The DDP configuration of the table with the least mean time to the plateau accuracy
-    (a seed that never reached it counts as its whole training time), or None."""
+    """The DDP configuration of the table that reached the plateau target in the most
+    seeds, and of those the one with the least mean time to it (a seed that never reached
+    it counting as its whole training time), or None: a configuration that trains fast but
+    misses the target is no baseline."""
     def cost(config):
         s = summary[(model, bw, config)]
-        return mean([p["target"] if p["target"] is not None else p["train_s"]
-                     for p in s["per_seed"].values()])
+        return (-s["reached"], mean([p["target"] if p["target"] is not None else p["train_s"]
+                                     for p in s["per_seed"].values()]))
     ddp = [c for c in configs if c.startswith("ddp:") and (model, bw, c) in summary]
     return min(ddp, key=cost) if ddp else None
 

@@ -384,8 +384,9 @@ def ring_allreduce_wire_bytes(nbytes, world):
 
 
 class ByteCounter:
-    """Counts the bytes each rank hands to dist.all_reduce from inside a DDP hook, and what
-    its sends put on the wire."""
+    """Counts the bytes each rank hands to dist.all_reduce while it is `active` (during
+    backward, where DDP runs the hooks and the callbacks they chain: PowerSGD sends Q from
+    P's callback), and what its sends put on the wire."""
 
     def __init__(self):
         self.contributed = 0
@@ -401,14 +402,6 @@ class ByteCounter:
             self.wire += ring_allreduce_wire_bytes(nbytes, dist.get_world_size())
         return self._all_reduce(tensor, *args, **kwargs)
 
-    def wrap(self, hook):
-        def counted(state, bucket):
-            self.active = True
-            try:
-                return hook(state, bucket)
-            finally:
-                self.active = False
-        return counted
 
 
 def gloo_sums_bfloat16():
@@ -466,14 +459,14 @@ def bf16_ring_hook(counter):
 def register_hook(ddp, args, total_steps, counter):
     """Registers --hook on `ddp`; returns the codec description for the summary."""
     if args.hook == "allreduce":
-        ddp.register_comm_hook(None, counter.wrap(default_hooks.allreduce_hook))
+        ddp.register_comm_hook(None, default_hooks.allreduce_hook)
         return "ddp:allreduce"
     if args.hook == "fp16":
-        ddp.register_comm_hook(None, counter.wrap(default_hooks.fp16_compress_hook))
+        ddp.register_comm_hook(None, default_hooks.fp16_compress_hook)
         return "ddp:fp16"
     if args.hook == "bf16":
         if gloo_sums_bfloat16():
-            ddp.register_comm_hook(None, counter.wrap(default_hooks.bf16_compress_hook))
+            ddp.register_comm_hook(None, default_hooks.bf16_compress_hook)
             return "ddp:bf16"
         ddp.register_comm_hook(None, bf16_ring_hook(counter))
         return "ddp:bf16(ring over send/recv: Gloo has no bfloat16 sum)"
@@ -484,7 +477,7 @@ def register_hook(ddp, args, total_steps, counter):
         process_group=None, matrix_approximation_rank=args.powersgd_rank,
         start_powerSGD_iter=start, use_error_feedback=True, warm_start=True,
         random_seed=args.seed)
-    ddp.register_comm_hook(state, counter.wrap(powerSGD_hook.powerSGD_hook))
+    ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
     return f"ddp:powersgd:rank={args.powersgd_rank},start_iter={start},ef=1,warm_start=1"
 
 
@@ -647,7 +640,11 @@ def main(argv):
                     loss_sum += loss.item() * len(part)
                     if len(part) < len(batch):
                         loss = loss * (len(part) / len(batch))
-                    loss.backward()
+                    counter.active = True
+                    try:
+                        loss.backward()
+                    finally:
+                        counter.active = False
             if r["clip_norm"] > 0:
                 torch.nn.utils.clip_grad_norm_(model.parameters(), r["clip_norm"])
             if r["schedule"] != "constant":
