@@ -18,12 +18,21 @@ namespace {
 constexpr int kWorld = 2, kMicro = 2, kBatch = 3, kSteps = 4;
 const GptConfig kConfig{.vocabulary = 13, .context = 6, .width = 16, .layers = 2, .heads = 2};
 
-// Windows of a random token sequence, the same on every rank.
+// The token sequence every rank and the reference train on, drawn once (the ranks run
+// as threads: drawing in each would race on libtorch's global generator).
+const torch::Tensor& tokens() {
+  static const torch::Tensor text = [] {
+    torch::manual_seed(5);
+    return torch::randint(0, kConfig.vocabulary, {400}, torch::kLong);
+  }();
+  return text;
+}
+
+// Windows of the token sequence, the same on every rank.
 class TokenWorkload : public Workload {
  public:
   explicit TokenWorkload(const std::vector<torch::Tensor>& init) {
-    torch::manual_seed(5);
-    windows_ = {torch::randint(0, kConfig.vocabulary, {400}, torch::kLong), kConfig.context};
+    windows_ = {tokens(), kConfig.context};
     model_ = std::make_shared<Gpt>(kConfig);
     torch::NoGradGuard no_grad;
     auto params = unique_parameters(*model_);
@@ -94,6 +103,7 @@ std::vector<torch::Tensor> reference_run(const std::vector<torch::Tensor>& init)
 }
 
 TEST(TrainStepTest, AdamWClippingScheduleAndAccumulationEqualOneProcessOnTheUnion) {
+  tokens();
   const auto init = initial_weights();
   const auto want = reference_run(init);
   std::vector<std::vector<torch::Tensor>> got(kWorld);

@@ -14,8 +14,7 @@ namespace gradwire::train {
 
 Job start_job(const TrainOptions& options, std::shared_ptr<Context> context) {
   Job job;
-  job.recipe = recipe_of(options);
-  check_recipe(job.recipe);
+  job.recipe = recipe_of(options);  // checked by make_optimizer below
   job.speed = worker_speed(options.worker_speed, context->rank(), context->world_size());
   torch::manual_seed(options.seed);
   job.workload = make_workload(options, context->is_root());
@@ -39,18 +38,19 @@ Job start_job(const TrainOptions& options, std::shared_ptr<Context> context) {
 std::string describe_job(const TrainOptions& options, const Job& job) {
   const Recipe& r = job.recipe;
   char text[512];
-  std::snprintf(
-      text, sizeof text,
-      "model %s, codec %s, %zu training samples, batch %d per worker%s, %s lr %g%s%s",
-      options.model.c_str(), job.optimizer->codec_spec().c_str(), job.workload->train_size(),
-      options.batch_size,
-      r.accumulate > 1 ? (" x " + std::to_string(r.accumulate) + " micro-batches").c_str() : "",
-      r.optimizer.c_str(), r.lr,
-      r.schedule == "constant"
-          ? ""
-          : (" (" + r.schedule + ", warm-up " + std::to_string(r.warmup).substr(0, 4) + ")")
-                .c_str(),
-      r.clip_norm > 0 ? (", clip " + std::to_string(r.clip_norm).substr(0, 4)).c_str() : "");
+  int n = std::snprintf(text, sizeof text,
+                        "model %s, codec %s, %zu training samples, batch %d per worker",
+                        options.model.c_str(), job.optimizer->codec_spec().c_str(),
+                        job.workload->train_size(), options.batch_size);
+  const auto add = [&](const char* format, auto... values) {
+    if (n >= 0 && static_cast<size_t>(n) < sizeof text) {
+      n += std::snprintf(text + n, sizeof text - n, format, values...);
+    }
+  };
+  if (r.accumulate > 1) add(" x %d micro-batches", r.accumulate);
+  add(", %s lr %g", r.optimizer.c_str(), r.lr);
+  if (r.schedule != "constant") add(" (%s, warm-up %g)", r.schedule.c_str(), r.warmup);
+  if (r.clip_norm > 0) add(", clip %g", r.clip_norm);
   return text;
 }
 
