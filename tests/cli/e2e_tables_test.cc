@@ -220,6 +220,13 @@ TEST(E2eTablesTest, ALossIsReachedFromAboveAndTheTablesShowLosses) {
     EXPECT_FALSE(has(cmd, "--lr"));
     EXPECT_FALSE(has(cmd, "--momentum"));
   }
+  // Timelines: gradwire's allreduce runs record one each, named by the run; DDP records none.
+  s.timeline_dir = dir + "/timelines";
+  const auto traced = e2e::run_command(s, runs[2], "gradwire", "peer.py", "m.jsonl");
+  ASSERT_TRUE(has(traced, "--timeline"));
+  EXPECT_EQ(*(std::find(traced.begin(), traced.end(), "--timeline") + 1),
+            dir + "/timelines/" + runs[2].id + ".trace.json");
+  EXPECT_FALSE(has(e2e::run_command(s, runs[1], "gradwire", "peer.py", "m.jsonl"), "--timeline"));
   std::map<int, e2e::Outcome> outcomes;
   std::map<int, std::string> status;
   e2e::Floors floors;

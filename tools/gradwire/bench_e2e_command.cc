@@ -53,6 +53,7 @@ struct E2eArgs {
   bool no_floor = false;
   bool no_plots = false;
   bool resume = false;
+  bool timeline = false;
 };
 
 volatile sig_atomic_t g_stop_signal = 0;
@@ -397,6 +398,7 @@ int run_e2e(E2eArgs& args, const std::vector<std::string>& raw_args) {
   }
   s.weights_dir = (fs::path(args.out) / "weights").string();
   s.compute_floor = !args.no_floor;
+  if (args.timeline) s.timeline_dir = (fs::path(args.out) / "timelines").string();
   auto runs = e2e::build_matrix(s);  // ConfigError for a bad configuration, before anything runs
   if (!launch::running_as_root()) {
     throw ConfigError(
@@ -430,6 +432,7 @@ int run_e2e(E2eArgs& args, const std::vector<std::string>& raw_args) {
   }
   // The DDP peer starts from gradwire's initial weights where it cannot draw them itself.
   fs::create_directories(s.weights_dir);
+  if (!s.timeline_dir.empty()) fs::create_directories(s.timeline_dir);
   for (const auto& model : s.models) {
     for (int r = 1; r <= s.seeds; ++r) {
       train::TrainOptions options;
@@ -518,6 +521,9 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
       ->capture_default_str();
   e2e->add_flag("--no-floor", args->no_floor, "skip the compute-floor runs (none, unshaped)");
   e2e->add_flag("--no-plots", args->no_plots, "write the CSV only");
+  e2e->add_flag("--timeline", args->timeline,
+                "gradwire's allreduce runs record their timelines to OUT/timelines/ID.trace.json "
+                "(bench/timeline/step_breakdown.py sums them up)");
   e2e->add_flag("--resume", args->resume,
                 "keep the runs already finished in --out (by the same command) and run the rest");
   e2e->callback([args, e2e, &exit_code] {

@@ -281,6 +281,9 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
     momentum(cmd);
     // The cost model of auto and of sparse aggregation is told the link, as a user would.
     if (!run.floor) cmd.insert(cmd.end(), {"--link-bandwidth", run.bandwidth});
+    if (!s.timeline_dir.empty()) {
+      cmd.insert(cmd.end(), {"--timeline", s.timeline_dir + "/" + run.id + ".trace.json"});
+    }
   }
   cmd.insert(cmd.end(), common.begin(), common.end());
   return cmd;
