@@ -414,6 +414,17 @@ TEST(AccordionTest, ASmoothScheduleIsNotALearningRateChange) {
   EXPECT_EQ(runs[0].plan_per_step, plans_by_step({{0, "fp16"}, {4, "powersgd"}}, 12));
 }
 
+TEST(AccordionTest, AWarmUpIsNotALearningRateChange) {
+  // A linear warm-up over 8 steps multiplies the rate by up to 2 within a window, then it
+  // stays: a rise, not a decay, so the normal regime comes as with a constant rate.
+  RunSettings settings;
+  settings.codec = "accordion:critical=fp16,normal=powersgd,window=2";
+  settings.steps = 12;
+  settings.lr = [](int, int s) { return 0.1 * std::min(s + 1, 8) / 8.0; };
+  const auto runs = run_ranks(2, settings);
+  EXPECT_EQ(runs[0].plan_per_step, plans_by_step({{0, "fp16"}, {4, "powersgd"}}, 12));
+}
+
 TEST(AutoTest, ASlowLinkSelectsPowerSgdOnceTrainingIsOutOfItsCriticalStart) {
   // A 256 x 1024 weight (1 MiB of fp32) over a simulated 1 MB/s link: a step of none waits
   // about 1 s for the wire, fp16 half that, PowerSGD (rank 8: 40 KB) about 40 ms, so its

@@ -200,11 +200,12 @@ void AdaptiveStrategy::gradient_ready(size_t index, std::span<float> grad) {
 }
 
 void AdaptiveStrategy::set_learning_rate(double lr) {
-  // A change of at least half the rate since the last window end (a step schedule's
-  // decay), not the small per-step moves of a smooth schedule, which would keep every
-  // window critical.
+  // A fall to half the rate at the last window end or less (a step schedule's decay), not
+  // the small per-step moves of a smooth schedule, which would keep every window critical,
+  // nor a warm-up's rise (it doubles the rate in a window early on, while training's start
+  // is critical anyway: a new trial would only measure the same plans again).
   if (!window_lr_) window_lr_ = lr;
-  if (std::abs(lr - *window_lr_) >= 0.5 * *window_lr_) lr_changed_ = true;
+  if (lr <= 0.5 * *window_lr_) lr_changed_ = true;
 }
 
 TrafficStats AdaptiveStrategy::traffic() const {
@@ -293,7 +294,7 @@ void AdaptiveStrategy::step_auto(double step_ms, bool on_proposal, bool window_e
     if (lr_restart) {
       std::vector<size_t> all(options_.plans.size());
       for (size_t p = 0; p < all.size(); ++p) all[p] = p;
-      begin_trial(all, "learning-rate change");
+      begin_trial(all, "learning-rate decay");
     } else if (!allowed(trial_queue_[trial_pos_]) ||
                (trial_steps_ > options_.trial && !time_proposal())) {
       next_trial_plan();
@@ -303,7 +304,7 @@ void AdaptiveStrategy::step_auto(double step_ms, bool on_proposal, bool window_e
   std::vector<size_t> all(options_.plans.size());
   for (size_t p = 0; p < all.size(); ++p) all[p] = p;
   if (lr_restart) {
-    begin_trial(all, "learning-rate change");
+    begin_trial(all, "learning-rate decay");
   } else if (options_.reprobe > 0 && step_ >= next_reprobe_) {
     begin_trial(all, "scheduled measurement");
   } else if (window_ended) {
