@@ -77,6 +77,11 @@ StepDone take_step(Job& job, std::span<const size_t> batch, uint64_t step) {
   const size_t micro = std::max<size_t>(1, job.step_samples / job.recipe.accumulate);
   StepDone done;
   done.samples = batch.size();
+  // The step's rate is set before its exchange, which passes it to the strategy (auto's
+  // regime detector looks for a decay); the optimizer as built holds the peak rate.
+  if (job.recipe.schedule != "constant") {
+    set_learning_rate(optimizer.optimizer(), job.recipe.lr_at(step, job.run_steps));
+  }
   optimizer.zero_grad();
   const auto compute_start = Clock::now();
   for (size_t begin = 0; begin < batch.size(); begin += micro) {
@@ -109,9 +114,6 @@ StepDone take_step(Job& job, std::span<const size_t> batch, uint64_t step) {
       }
     }
     torch::nn::utils::clip_grad_norm_(with_grad, job.recipe.clip_norm);
-  }
-  if (job.recipe.schedule != "constant") {
-    set_learning_rate(optimizer.optimizer(), job.recipe.lr_at(step, job.run_steps));
   }
   TimelineSpan span("step", "step");
   optimizer.step();

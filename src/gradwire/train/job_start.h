@@ -49,14 +49,14 @@ struct StepDone {
   size_t samples = 0;
 };
 
-// One step, the same under every strategy: zero_grad(); per micro-batch of the recipe
+// One step, the same under every strategy: the schedule's learning rate for step `step` of
+// the run; zero_grad(); per micro-batch of the recipe
 // (batch_size samples each; the step's `batch` holds up to accumulate of them), forward
 // and backward of its loss weighted by its share of the batch, all but the last inside
 // no_sync(), so the gradient is the batch's mean; a worker slower than 1 then sleeps
 // (1/speed - 1) x the computation; the samples counted for the parameter servers; the
 // gradient clipped to the recipe's norm (allreduce: the exchanged average, as DDP's users
-// clip; ps and gossip exchange in step(), so there the local gradient); the schedule's
-// learning rate for step `step` of the run; step().
+// clip; ps and gossip exchange in step(), so there the local gradient); step().
 StepDone take_step(Job& job, std::span<const size_t> batch, uint64_t step);
 
 // The samples of step `step` of the sampler's current epoch: `samples` of its indices from
