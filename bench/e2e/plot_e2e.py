@@ -94,11 +94,30 @@ def load(directory):
             if new not in row:
                 row[new] = row.get(old)
         row["curve"] = []
+        row["step_samples"] = None
         path = os.path.join(directory, row["metrics"])
         if os.path.exists(path):
-            row["curve"] = [(e["train_s"], e[row["metric"].name]) for e in events(path)
+            lines = list(events(path))
+            row["curve"] = [(e["train_s"], e[row["metric"].name]) for e in lines
                             if e.get("event") == "eval"]
+            # Samples a rank takes a step, as the run itself wrote (both sides do).
+            for e in lines:
+                if e.get("event") == "summary" and "batch_size" in e:
+                    row["step_samples"] = e["batch_size"] * e.get("recipe", {}).get(
+                        "accumulate", 1)
     return rows
+
+
+# Models whose samples are windows of text: their context, in bytes (train/gpt.h).
+CONTEXT = {"gpt": 128}
+
+
+def step_text(model, samples):
+    """A rank's step: "64" samples, or "8 x 128 B" windows of text ("" if unknown)."""
+    if not samples:
+        return ""
+    text = "/".join(str(n) for n in samples)
+    return f"{text} x {CONTEXT[model]} B" if model in CONTEXT else text
 
 
 def mean(values):
@@ -174,6 +193,7 @@ def aggregate(rows):
             "metric": metric,
             "per_seed": per_seed,
             "curves": [r["curve"] for r in runs],
+            "step_samples": sorted({r["step_samples"] for r in runs if r["step_samples"]}),
         }
     return summary
 
@@ -370,7 +390,8 @@ def tables_markdown(summary, rows, models, bandwidths, configs):
             lines.append(f"### {model}, {bw} per host: {len(seeds)} seed"
                          f"{'s' if len(seeds) != 1 else ''}, mean [min, max]\n")
             vs = f"`{base}`"
-            header = ["system", "configuration", "seeds", "training (s)", "training / floor",
+            header = ["system", "configuration", "seeds", "a rank's step", "training (s)",
+                      "training / floor",
                       f"time to {metric.target(steep)} (s)", f"time to {metric.target(target)} (s)",
                       metric.final(), metric.gap()]
             if base:
@@ -388,7 +409,7 @@ def tables_markdown(summary, rows, models, bandwidths, configs):
                 seeds_here = sorted(p)
                 gap = [None if x["accuracy"] is None or x["floor_accuracy"] is None
                        else x["accuracy"] - x["floor_accuracy"] for x in p.values()]
-                cells = [system, name, str(len(p)),
+                cells = [system, name, str(len(p)), step_text(model, s["step_samples"]),
                          spread([x["train_s"] for x in p.values()], ".1f"),
                          spread([x["over_floor"] for x in p.values()], ".3f"),
                          time_spread([p[k]["steep"] for k in seeds_here])

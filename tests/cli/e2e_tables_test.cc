@@ -151,7 +151,8 @@ TEST(E2eTablesTest, EachSeedAgainstItsOwnFloorAndTheBestDdpWithAVerdictFromThree
     const auto at = md.find("| " + config + " |");
     return at == std::string::npos ? std::string() : md.substr(at, md.find('\n', at) - at);
   };
-  // Columns: system, configuration, seeds, training (s), training / floor, time to 85%, time to
+  // Columns: system, configuration, seeds, a rank's step (empty: these metrics files name
+  // no batch), training (s), training / floor, time to 85%, time to
   // 88%, final accuracy, minus the floor's, time to 88% / DDP's, verdict, training / DDP's,
   // verdict, bytes per step on the wire.
   EXPECT_NE(md.find("### cnn, 100mbit per host: 3 seeds, mean [min, max]"), std::string::npos)
@@ -159,7 +160,7 @@ TEST(E2eTablesTest, EachSeedAgainstItsOwnFloorAndTheBestDdpWithAVerdictFromThree
   EXPECT_NE(md.find("time to 88% / `ddp:fp16`'s"), std::string::npos) << md;
   // Floor: 60, 62, 64 s; 30, 31, 32 s to 85%; 40, 41, 42 s to 88%.
   EXPECT_EQ(row_of("floor"),
-            "| floor | `none`, unshaped links (compute floor) | 3 | 62.0 [60.0, 64.0] "
+            "| floor | `none`, unshaped links (compute floor) | 3 |  | 62.0 [60.0, 64.0] "
             "| 1.000 [1.000, 1.000] "
             "| 31.0 [30.0, 32.0] | 41.0 [40.0, 42.0] | 88.50 [88.00, 89.00] |  |  |  |  |  "
             "| 1,500 |");
@@ -171,14 +172,14 @@ TEST(E2eTablesTest, EachSeedAgainstItsOwnFloorAndTheBestDdpWithAVerdictFromThree
   // above 1: not resolved); 75/90, 80/93, 70/96 of its training (all below: faster);
   // accuracy +0.6, -0.1, +0.3 points against the floor's.
   EXPECT_EQ(row_of("gradwire | `int8`"),
-            "| gradwire | `int8` | 3 | 75.0 [70.0, 80.0] | 1.211 [1.094, 1.290] "
+            "| gradwire | `int8` | 3 |  | 75.0 [70.0, 80.0] | 1.211 [1.094, 1.290] "
             "| 25.0 [20.0, 30.0] "
             "| 57.0 [50.0, 66.0] | 88.77 [88.40, 89.30] | +0.27 [-0.10, +0.60] "
             "| 0.92x [0.78, 1.10] | not resolved | 0.81x [0.73, 0.86] | faster | 1,500 |");
   // powersgd: 88% not reached in seed 2 (never faster than a seed that reached it); 100 s
   // of training against 90, 93, 96: slower.
   EXPECT_EQ(row_of("gradwire | `powersgd`"),
-            "| gradwire | `powersgd` | 3 | 100.0 [100.0, 100.0] | 1.614 [1.562, 1.667] "
+            "| gradwire | `powersgd` | 3 |  | 100.0 [100.0, 100.0] | 1.614 [1.562, 1.667] "
             "| 36.0 [35.0, 37.0] "
             "| 70.0 [70.0, 70.0] (2/3) | 87.10 [87.00, 87.20] | -1.40 [-1.80, -1.00] "
             "| 1.13x [1.09, 1.17] (+1 not reached) | slower | 1.08x [1.04, 1.11] | slower "
@@ -238,7 +239,8 @@ TEST(E2eTablesTest, ALossIsReachedFromAboveAndTheTablesShowLosses) {
         << R"({"event":"eval","step":20,"val_loss":1.9,"train_s":)" << 20 * slow << "}\n"
         << R"({"event":"eval","step":30,"val_loss":1.55,"train_s":)" << 30 * slow << "}\n"
         << R"({"event":"summary","codec":"c","val_loss":1.55,"train_s":)" << 30 * slow
-        << R"(,"steps":32,"bytes_contributed":100,"bytes_on_wire":150})"
+        << R"(,"steps":32,"batch_size":8,"recipe":{"accumulate":2})"
+        << R"(,"bytes_contributed":100,"bytes_on_wire":150})"
         << "\n";
     out.close();
     const e2e::Outcome o = e2e::read_outcome(metrics, s.targets.at("gpt"), 2, 16);
@@ -258,7 +260,9 @@ TEST(E2eTablesTest, ALossIsReachedFromAboveAndTheTablesShowLosses) {
   EXPECT_NE(md.find("| time to loss 2.00 (s) | time to loss 1.60 (s) | final validation loss |"),
             std::string::npos)
       << md;
-  EXPECT_NE(md.find("| gradwire | `none` | 1 | 30.0 | 1.000 | 20.0 | 30.0 | 1.5500 | +0.0000 "
+  // A rank's step: 8 windows of 128 bytes, 2 micro-batches, as the runs' summaries say.
+  EXPECT_NE(md.find("| gradwire | `none` | 1 | 16 x 128 B | 30.0 | 1.000 | 20.0 | 30.0 | 1.5500 "
+                    "| +0.0000 "
                     "| 0.50x |"),
             std::string::npos)
       << md;
