@@ -23,6 +23,8 @@ What is generated, and from what:
                               configuration of the table and against DDP fp16, seed by
                               seed, each with its verdict (3 seeds or more)
       @plots FOLDER           FOLDER's accuracy-against-time and time-to-target plots
+      @file FOLDER/FILE       the file's text: as generated above (GENERATORS), else as
+                              committed
                               Everything else in the template is copied as written: the
                               conditions and the reading of the tables, and no figure
                               that a table does not carry.
@@ -63,6 +65,21 @@ for _bucket in ("scaling-1mb", "scaling-8mb"):  # scaling.sh's world-*.jsonl, in
     GENERATORS[_bucket + "/results.md"] = [
         "scaling/fit_scaling.py", "--rate", "100mbit", "--out", "-", "world-16.jsonl",
         "world-2.jsonl", "world-4.jsonl", "world-8.jsonl"]
+
+# Where the step's time goes (bench/timeline/step_breakdown.py) in e2e matrices run with
+# --timeline: each seed's floor, then that seed's runs of the configurations.
+def _step_breakdown(folder, rate, configs, seeds=3):
+    args = []
+    for r in range(1, seeds + 1):
+        args.append(f"floor:gpt-floor-gradwire-none-r{r}.trace.json.gz")
+        args += [f"gpt-{rate}-gradwire-{c}-r{r}.trace.json.gz" for c in configs]
+    GENERATORS[folder + "/timelines/results.md"] = ["timeline/step_breakdown.py"] + args
+
+
+_step_breakdown("e2e-gpt-4hosts-1gbit-seeds", "1gbit", ["auto"])
+_step_breakdown("e2e-gpt-4hosts-100mbit-codecs-seeds", "100mbit",
+                ["powersgd-rank-16-min-rate-2", "int8", "auto"])
+_step_breakdown("e2e-gpt-4hosts-10gbit-timelines", "10gbit", ["auto"])
 
 
 def summaries(results):
@@ -137,7 +154,7 @@ def verdict_lines(folder):
     return "\n".join(lines) + "\n"
 
 
-def results_page(root):
+def results_page(root, files):
     results = os.path.join(root, "docs", "results")
     out = []
     with open(os.path.join(results, "RESULTS.md.in")) as f:
@@ -148,6 +165,16 @@ def results_page(root):
             out.append(line)
             continue
         directive, name = words
+        if directive == "@file":
+            path = os.path.join(results, name)
+            if path in files:
+                out.append(files[path])
+            elif os.path.isfile(path):
+                with open(path) as f:
+                    out.append(f.read())
+            else:
+                raise SystemExit(f"docs_tables: RESULTS.md.in names {name}, not in docs/results")
+            continue
         folder = os.path.join(results, name)
         if not os.path.isdir(folder):
             raise SystemExit(f"docs_tables: RESULTS.md.in names {name}, not in docs/results")
@@ -194,7 +221,7 @@ def expected(root):
             raise SystemExit(f"docs_tables: {os.path.relpath(path, root)} is made by no "
                              "generator: add it to GENERATORS (its script and raw data) or "
                              "remove it")
-    files[os.path.join(root, "docs", "RESULTS.md")] = results_page(root)
+    files[os.path.join(root, "docs", "RESULTS.md")] = results_page(root, files)
     # Quotes last: they may quote a file generated above, as it will be.
     for path in [os.path.join(root, "README.md")] + sorted(
             glob.glob(os.path.join(root, "docs", "*.md"))):

@@ -1,29 +1,34 @@
 #!/usr/bin/env python3
 """Where a training step's time goes, from `gradwire train --timeline` traces.
 
-    python3 bench/timeline/step_breakdown.py [--floor FLOOR.trace.json] TRACE.trace.json ...
+    python3 bench/timeline/step_breakdown.py [--per-run] floor:FLOOR.trace.json[.gz] \
+        TRACE... [floor:FLOOR2... TRACE2...]
 
-For each trace (every rank of one run), a step is the time from one `forward` span's start
-to the next one's on the training thread. It is split into
+Each trace holds every rank of one run. A step is the time from one `forward` span's
+start to the next step's first one on the training thread, split into
 
-  forward          the forward span (with accumulation: every micro-batch's)
-  backward         backward's computation: the backward span less the wait inside it
+  forward          the forward spans (with accumulation: every micro-batch's)
+  backward         backward's computation: the backward spans less the wait inside them
   exposed wait     `wait for the exchange`: backward's end waiting for the last buckets
                    (the exchange not hidden under backward)
   update           the `step` span (the optimizer's update, the buffers' broadcast)
-  other            the rest of the cycle: data, clipping, the learning rate, a step's
-                   bookkeeping; cycles holding an evaluation are left out
+  other            the rest of the cycle: data, clipping, the learning rate, bookkeeping;
+                   cycles holding an evaluation are left out
 
 and the exchange thread's busy time in the same cycle (encode, communicate, decode: most
 of it runs under backward). Means over ranks and over the steps of a window: all steps,
-and the second half (after auto's trials, which happen early). With --floor, each
-column's difference to the floor's (the same job on free links), which says where the
-time over the floor goes. Prints Markdown.
+and the second half (after auto's trials, which happen early).
+
+`floor:PATH` names the compute floor's trace (the same job on free links) of the traces
+after it, up to the next `floor:`: one group per seed. Per run, each column and its
+difference to its own floor's (with --per-run); then per configuration (a run's name less
+its "-rN" seed suffix), the means over its runs, which say where the time over the floor
+goes. Prints Markdown.
 """
-import argparse
 import gzip
 import json
 import os
+import re
 import sys
 
 
@@ -118,36 +123,67 @@ def name_of(path):
     return base
 
 
-def main():
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--floor", help="the floor's trace: differences are taken to it")
-    parser.add_argument("traces", nargs="+")
-    args = parser.parse_args()
-    floor = summarize(args.floor) if args.floor else None
-    for window in ("all", "second half"):
-        print(f"#### {window} of the steps: mean ms per step over ranks\n")
-        header = ["run", "ranks", "steps"] + COLUMNS
-        if floor:
-            header += ["step / floor's"]
-        print("| " + " | ".join(header) + " |")
-        print("|" + "---|" * len(header))
-        rows = ([(name_of(args.floor), floor)] if floor else []) + \
-            [(name_of(p), summarize(p)) for p in args.traces]
-        for name, s in rows:
-            w = s["windows"][window]
-            cells = [name, str(s["ranks"]), str(s["steps"])]
+def config_of(name):
+    return re.sub(r"-r[0-9]+$", "", name)
+
+
+def table(header, rows):
+    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv):
+    groups = []  # [(floor path, [trace paths])]
+    per_run = "--per-run" in argv
+    argv = [a for a in argv if a != "--per-run"]
+    for arg in argv:
+        if arg.startswith("floor:"):
+            groups.append((arg[len("floor:"):], []))
+        elif not groups:
+            sys.exit("step_breakdown.py: the first argument is floor:PATH (see the top of the file)")
+        else:
+            groups[-1][1].append(arg)
+    if not groups:
+        sys.exit(__doc__)
+    runs = []  # (name, summary, its floor's summary)
+    for floor_path, traces in groups:
+        floor = summarize(floor_path)
+        runs.append((name_of(floor_path), floor, floor))
+        runs += [(name_of(p), summarize(p), floor) for p in traces]
+    for window in ("all", "second half") if per_run else ():
+        print(f"#### {window} of the steps, per run: mean ms per step over ranks "
+              "(in parentheses: minus its floor's)\n")
+        rows = []
+        for name, s, floor in runs:
+            w, f = s["windows"][window], floor["windows"][window]
+            cells = [name, str(s["steps"])]
             for c in COLUMNS:
-                text = f"{w[c]:.1f}"
-                if floor and s is not floor:
-                    text += f" ({w[c] - floor['windows'][window][c]:+.1f})"
-                cells.append(text)
-            if floor:
-                cells.append(f"{w['step'] / floor['windows'][window]['step']:.2f}")
-            print("| " + " | ".join(cells) + " |")
-        print()
-    if floor:
-        print("In parentheses: the difference to the floor's (the first row), in ms.")
+                cells.append(f"{w[c]:.1f}" if s is floor else f"{w[c]:.1f} ({w[c] - f[c]:+.1f})")
+            cells.append(f"{w['step'] / f['step']:.3f}")
+            rows.append(cells)
+        print(table(["run", "steps"] + COLUMNS + ["step / floor's"], rows))
+    print("#### per configuration, mean over its runs: ms per step (in parentheses: minus the "
+          "floor's)\n")
+    configs = {}
+    for name, s, floor in runs:
+        configs.setdefault(config_of(name), []).append((s, floor))
+    rows = []
+    for window in ("all", "second half"):
+        for config, pairs in configs.items():
+            cells = [config, window, str(len(pairs))]
+            for c in COLUMNS:
+                mean = sum(s["windows"][window][c] for s, _ in pairs) / len(pairs)
+                over = sum(s["windows"][window][c] - f["windows"][window][c]
+                           for s, f in pairs) / len(pairs)
+                floor_run = all(s is f for s, f in pairs)
+                cells.append(f"{mean:.1f}" if floor_run else f"{mean:.1f} ({over:+.1f})")
+            ratios = [s["windows"][window]["step"] / f["windows"][window]["step"]
+                      for s, f in pairs]
+            cells.append(f"{sum(ratios) / len(ratios):.3f} [{min(ratios):.3f}, {max(ratios):.3f}]")
+            rows.append(cells)
+    print(table(["configuration", "steps", "runs"] + COLUMNS + ["step / floor's"], rows), end="")
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    sys.exit(main(sys.argv[1:]))
