@@ -40,15 +40,14 @@ def load(path):
     return [e for e in events if e.get("ph") == "X"]
 
 
+EXCHANGE = ("encode", "communicate", "decode")  # the exchange thread's spans
 COLUMNS = ["step", "forward", "backward", "exposed wait", "update", "other", "exchange busy"]
 
 
 def rank_steps(spans):
     """Per step of one rank: the columns above, in ms (cycles with an evaluation dropped)."""
-    train = sorted((e for e in spans if e["name"] != "communicate" and e["name"] not in
-                    ("encode", "decode")), key=lambda e: e["ts"])
-    exchange = sorted((e for e in spans if e["name"] in ("encode", "communicate", "decode")),
-                      key=lambda e: e["ts"])
+    train = sorted((e for e in spans if e["name"] not in EXCHANGE), key=lambda e: e["ts"])
+    exchange = sorted((e for e in spans if e["name"] in EXCHANGE), key=lambda e: e["ts"])
     # A cycle starts at the first forward after an update (micro-batches: several forwards).
     starts, after_update = [], True
     for e in train:
