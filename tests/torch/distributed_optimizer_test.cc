@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <algorithm>
 #include <mutex>
 #include <thread>
 
@@ -191,6 +192,45 @@ INSTANTIATE_TEST_SUITE_P(
       }
       return name + "_" + std::to_string(std::get<1>(info.param));
     });
+
+// auto sees the rate of each step's update wherever the loop sets it. Here the loop sets
+// it after backward (the exchange ran during backward), from an optimizer built with the
+// peak rate: a warm-up from 0.0125 to 0.1 starts no new trial; a decay to a tenth does.
+TEST(DistributedOptimizerTest, AutoTakesAWarmUpSetAfterBackwardForNoDecay) {
+  const Problem problem;
+  const auto reasons = [&](double decay_at) {
+    std::vector<std::string> out;
+    testing::run_gloo_ranks(2, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
+      auto context = context_for(rank, 2, c);
+      auto net = problem.fresh_net();
+      DistributedOptimizer opt(context, torch::optim::SGD(net->parameters(), 0.1), *net,
+                               {.compressor = "auto:trial=1,window=2,plans=none/fp16"});
+      int step = 0;
+      train(
+          problem, *net, [&] { opt.zero_grad(); },
+          [&] {
+            const double lr = step >= decay_at ? 0.01 : 0.1 * std::min(step + 1, 8) / 8.0;
+            static_cast<torch::optim::SGDOptions&>(opt.optimizer().param_groups()[0].options())
+                .lr(lr);
+            ++step;
+            opt.step();
+          },
+          rank, 2, 4, 14);
+      if (rank != 0) return;
+      for (const auto& d : opt.take_codec_decisions()) out.push_back(d.reason);
+    });
+    return out;
+  };
+  const auto mentions_decay = [](const std::vector<std::string>& reasons) {
+    return std::any_of(reasons.begin(), reasons.end(), [](const std::string& r) {
+      return r.find("learning-rate decay") != std::string::npos;
+    });
+  };
+  const auto warm_up = reasons(1e9);
+  EXPECT_FALSE(mentions_decay(warm_up)) << ::testing::PrintToString(warm_up);
+  const auto decayed = reasons(8);
+  EXPECT_TRUE(mentions_decay(decayed)) << ::testing::PrintToString(decayed);
+}
 
 TEST(DistributedOptimizerTest, CodecMismatchFailsAtConstruction) {
   const Problem problem;

@@ -232,6 +232,14 @@ void DistributedOptimizer::synchronize() {
         "step was abandoned on every rank: zero_grad() and go on with the next batch");
   }
   if (!m.failed.empty()) throw Error(m.failed);
+  // The rate of this step's update, whenever the caller set it (before backward, or after
+  // it, as a schedule set at the step's end): the parameter servers apply it in the
+  // exchange below, auto's regime detector looks for its decays (an exchange that ran in
+  // backward, before the caller may have set it, does not need it).
+  const auto& groups = m.optimizer->param_groups();
+  if (!groups.empty() && groups[0].options().get_lr() > 0) {
+    m.strategy->set_learning_rate(groups[0].options().get_lr());
+  }
   if (m.exchanged) return;
   m.check_parameters_unchanged();
   if (!m.exchange_in_backward) {

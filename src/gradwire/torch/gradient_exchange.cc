@@ -143,10 +143,6 @@ std::string DistributedOptimizer::Impl::exchange() {
     }
     spans[i] = float_span(exchange_grads[i]);
   }
-  const auto& groups = optimizer->param_groups();
-  if (!groups.empty() && groups[0].options().get_lr() > 0) {
-    strategy->set_learning_rate(groups[0].options().get_lr());
-  }
   // The status: did this rank fail, and which parameters had a gradient here. The
   // strategy carries it on its last collective where it can (status_carried).
   std::fill(status.begin(), status.end(), 0.0f);
@@ -210,10 +206,6 @@ void DistributedOptimizer::Impl::abandon_open_exchange() {
 
 void DistributedOptimizer::Impl::exchange_in_step() {
   torch::NoGradGuard no_grad;
-  const auto& groups = optimizer->param_groups();
-  if (!groups.empty() && groups[0].options().get_lr() > 0) {
-    strategy->set_learning_rate(groups[0].options().get_lr());
-  }
   spans.resize(params.size());
   for (size_t i = 0; i < params.size(); ++i) {
     auto& p = params[i];

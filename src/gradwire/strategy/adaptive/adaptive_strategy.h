@@ -19,11 +19,12 @@
 //     for the steps they may cost and are not used in a critical regime (Accordion's
 //     RegimeDetector over the gradient norm). It measures again every
 //     `reprobe` steps (0: never), after a learning-rate decay (to half the rate at the
-//     last window end or less: a step schedule's; a warm-up's rise is none), and when the regime
-//     lets in plans it has not measured. The cost model (comm/cost_model.h, over the base options'
-//     link) predicts each plan's exchange per step at this world when training starts. A trial
-//     measures its plans from the least predicted exchange to the most, and rules out, without
-//     measuring it, a plan whose predicted exchange alone exceeds `prune` times the fastest step
+//     last window end or less: a step schedule's; a warm-up's rise is none), and when the
+//     regime lets in plans it has not measured.
+//     The cost model (comm/cost_model.h, over the base options' link) predicts each plan's
+//     exchange per step at this world when training starts. A trial measures its plans
+//     from the least predicted exchange to the most, and rules out, without measuring it,
+//     a plan whose predicted exchange alone exceeds `prune` times the fastest step
 //     measured (agreed by all ranks) so far: a step cannot be shorter than its exchange,
 //     so such a plan cannot win. 0: never. A plan that cannot run at this world (int8
 //     beyond 127 ranks) is left out at start.
