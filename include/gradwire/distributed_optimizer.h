@@ -152,11 +152,51 @@ struct GossipReport {
   std::vector<std::string> notes;      // per rank: its note ("" if it did not report)
 };
 
+// Strategy "diloco" (docs/ALGORITHMS.md, DiLoCo; Douillard et al. 2023, Streaming DiLoCo
+// 2025): local SGD with an outer optimizer, for links of 10-100 Mbit/s. The wrapped
+// optimizer is the inner one: every rank steps on its own gradients (.grad is never
+// exchanged: clip it, log it as in single-process training) and nothing goes over the
+// network until, every inner_steps steps, the ranks average their outer gradient (the
+// parameters at the round's start minus the current ones) through the codec
+// (DistributedOptions::compressor: none, fp16, bf16, int8 or int4; the 4-bit codes go by a
+// reduce-scatter and an allgather of payloads) and every rank applies the same outer step,
+// SGD with Nesterov momentum. Buffers follow rank 0 once every fragment has synchronized.
+// With fragments > 1 the model is cut by layer into that many parts, synchronized in turn
+// at evenly spaced inner steps of the round; with delay > 0 each part's exchange runs while
+// `delay` more inner steps go on, and the merge keeps what those steps did locally (the
+// next round carries it to the others). Between synchronizations the ranks' models differ:
+// call DistributedOptimizer::finish() after the last step, which averages what every part
+// did since its last synchronization, and every rank holds the same model.
+struct DiLoCoOptions {
+  // H. 0: auto, which times the first steps and picks the smallest H whose exchanges hide
+  // under the inner steps (fragments > 1 or delay > 0: it then sets the delay too), or,
+  // without streaming, whose exchange costs at most 5% of a round; over the link of
+  // DistributedOptions::link_bits_per_s.
+  uint64_t inner_steps = 100;
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  bool nesterov = true;
+  int fragments = 1;
+  uint64_t delay = 0;  // at most inner_steps / fragments
+};
+
+// What a DiLoCo worker did (DistributedOptimizer::diloco_summary()).
+struct DiLoCoSummary {
+  uint64_t inner_steps = 0;  // H in force (0 while auto is still timing steps)
+  uint64_t delay = 0;
+  int fragments = 1;
+  uint64_t steps = 0;           // inner steps taken
+  uint64_t exchanges = 0;       // fragment exchanges merged
+  uint64_t outer_steps = 0;     // rounds: exchanges / fragments
+  uint64_t bytes_on_wire = 0;   // this rank's sends, every exchange and finish() included
+  uint64_t last_sync_step = 0;  // when the models were last all equal
+};
+
 struct DistributedOptions {
-  std::string strategy = "allreduce";  // "allreduce", "ps" or "gossip"
+  std::string strategy = "allreduce";  // "allreduce", "ps", "gossip" or "diloco"
   // A codec spec ("topk:density=0.01"), a layer policy ("conv=...,fc=..."), or an adaptive
   // codec: "auto" measures none, fp16, int8 and PowerSGD in this job and picks (docs/CODECS.md).
-  // Empty (the default): "auto" for allreduce, "none" for ps and gossip. auto's choice
+  // Empty (the default): "auto" for allreduce, "none" for ps, gossip and diloco. auto's choice
   // rests on measured step times, so two runs of one job may pick differently; a fixed
   // codec ("none") repeats a run bit for bit.
   std::string compressor;
@@ -185,13 +225,15 @@ struct DistributedOptions {
   // and the seconds one message step costs. 1 Gbit/s and 50 us by default.
   double link_bits_per_s = 1e9;
   double link_latency_s = 50e-6;
-  bool momentum_correction = true;  // see above (not for gossip: its codec carries models)
+  bool momentum_correction = true;  // see above (not for gossip and diloco: their codecs
+                                    // carry models)
   // Copy rank 0's buffers to every rank after each step() (DDP's broadcast_buffers); false
   // leaves each rank its own after construction. Strategies "ps" and "gossip" never do:
-  // their workers do not step together.
+  // their workers do not step together; "diloco" does when a round's models meet.
   bool broadcast_buffers = true;
   ParameterServerOptions ps;
   GossipOptions gossip;
+  DiLoCoOptions diloco;
 };
 
 // This rank's traffic since construction. Contributed: what its codecs produced for the
@@ -350,7 +392,11 @@ class DistributedOptimizer {
   // Gossip: ends the exchanges and makes every worker's model the average of all the
   // workers' models, through rank 0 (no collective; a lost worker is left out). Throws on a
   // worker that rank 0 does not answer within the peer timeout.
+  // DiLoCo: lands the exchange in flight and averages what every rank did since the last
+  // synchronization (collective), so every rank holds the same model; nullopt.
   std::optional<JobSummary> finish();
+  // DiLoCo only (nullopt otherwise): this worker's outer loop so far. Not collective.
+  std::optional<DiLoCoSummary> diloco_summary() const;
 
  private:
   std::unique_ptr<Impl> impl_;

@@ -108,6 +108,57 @@ TEST(CliTest, GossipTrainsAndEndsWithOneModel) {
   std::filesystem::remove(metrics);
 }
 
+// DiLoCo as a user runs it: --inner-steps auto with streaming over a slow link (the choice
+// printed and in the metrics), the outer exchanges on the timeline's exchange thread, one
+// model on every rank at the end, and an accuracy near allreduce's on the same job.
+TEST(CliTest, DiLoCoTrainsAndEndsWithOneModel) {
+  const std::string metrics = temp_path("diloco.jsonl");
+  const std::string timeline = temp_path("diloco_timeline.json");
+  const auto r = run(std::string(GRADWIRE_CLI) +
+                         " train --workers 2 --strategy diloco --inner-steps auto --fragments 2"
+                         " --compressor int4 --link-bandwidth 10mbit --epochs 1"
+                         " --train-limit 2048 --test-limit 1000 --progress lines --metrics " +
+                         metrics + " --timeline " + timeline,
+                     300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  EXPECT_NE(r.output.find("codec diloco:inner_steps="), std::string::npos) << r.output;
+  {
+    std::ifstream trace_in(timeline);
+    const auto trace = nlohmann::json::parse(trace_in);
+    std::map<int, std::set<std::string>> spans;
+    for (const auto& e : trace["traceEvents"]) {
+      if (e["ph"] == "X") spans[e["pid"].get<int>()].insert(e["name"].get<std::string>());
+    }
+    for (int rank : {0, 1}) {
+      for (const char* name : {"step", "outer exchange", "outer step", "final average"}) {
+        EXPECT_TRUE(spans[rank].count(name)) << "rank " << rank << " has no " << name;
+      }
+    }
+    std::filesystem::remove(timeline);
+  }
+  const auto lines = gradwire::testing::read_json_lines(metrics);
+  const nlohmann::json& summary = lines.back();
+  ASSERT_EQ(summary["event"], "summary");
+  EXPECT_EQ(summary["strategy"], "diloco");
+  EXPECT_EQ(summary["param_checksums"][0], summary["param_checksums"][1]);
+  const auto& d = summary["diloco"];
+  EXPECT_EQ(d["fragments"], 2);
+  EXPECT_GE(d["inner_steps"].get<int>(), 10);
+  EXPECT_EQ(d["inner_steps"].get<int>() % 2, 0) << d;
+  EXPECT_GE(d["delay"].get<int>(), 1) << d;
+  EXPECT_LE(2 * d["delay"].get<int>(), d["inner_steps"].get<int>()) << d;
+  EXPECT_GE(d["outer_steps"].get<int>(), 1);
+  // 4-bit outer exchanges every H >= 10 steps: far below a per-step fp32 allreduce.
+  EXPECT_LT(summary["bytes_on_wire"].get<double>(),
+            0.05 * summary["bytes_dense_on_wire"].get<double>());
+  bool decided = false;
+  for (const auto& line : lines) decided = decided || line["event"] == "codec";
+  EXPECT_TRUE(decided);
+  // 32 steps of the cnn: allreduce ends near 70%; DiLoCo may lag a little.
+  EXPECT_GT(summary["test_accuracy"].get<double>(), 0.55);
+  std::filesystem::remove(metrics);
+}
+
 // The shipped tool has no test-only switch: fault injection is the tests' build's alone.
 TEST(CliTest, TheShippedToolRefusesTheFaultInjectionSwitch) {
   const auto r = run(std::string(GRADWIRE_CLI) + " train --workers 2 --test-worker-exit 1:3", 60);

@@ -79,6 +79,40 @@ TEST(E2eMatrixTest, TheDefaultMatrixRunsDdpPowerSgdAsAutosPlan) {
   EXPECT_TRUE(ddp && ours);
 }
 
+// diloco:KEY=VALUE,.../CODEC runs `gradwire train --strategy diloco` with those flags, the
+// codec as the outer gradient's and the link told; malformed ones fail naming the form.
+TEST(E2eMatrixTest, DiLoCoConfigurationsBecomeTrainFlags) {
+  const e2e::Config c = e2e::parse_config("diloco:inner_steps=50,fragments=4,delay=2/int4");
+  EXPECT_TRUE(c.diloco());
+  EXPECT_EQ(c.codec, "int4");
+  e2e::Run run;
+  run.config = c;
+  run.model = "cnn";
+  run.bandwidth = "10mbit";
+  run.workers = 4;
+  run.id = "x";
+  const auto cmd = e2e::run_command(settings(1), run, "gradwire", "peer.py", "m.jsonl");
+  const auto value = [&](const std::string& flag) {
+    const auto at = std::find(cmd.begin(), cmd.end(), flag);
+    return at == cmd.end() || at + 1 == cmd.end() ? std::string("(absent)") : *(at + 1);
+  };
+  EXPECT_EQ(value("--strategy"), "diloco");
+  EXPECT_EQ(value("--inner-steps"), "50");
+  EXPECT_EQ(value("--fragments"), "4");
+  EXPECT_EQ(value("--fragment-delay"), "2");
+  EXPECT_EQ(value("--compressor"), "int4");
+  EXPECT_EQ(value("--link-bandwidth"), "10mbit");
+  EXPECT_EQ(e2e::parse_config("diloco:inner_steps=auto").codec, "none");
+  for (const char* bad : {"diloco:inner_steps=0", "diloco:h=5", "diloco:inner_steps=5/nope"}) {
+    try {
+      e2e::parse_config(bad);
+      ADD_FAILURE() << bad << " parsed";
+    } catch (const gradwire::ConfigError& e) {
+      EXPECT_NE(std::string(e.what()).find("diloco:inner_steps=H"), std::string::npos) << e.what();
+    }
+  }
+}
+
 // A run's metrics as the trainer and the DDP peer write them.
 void write_metrics(const std::string& path, const std::vector<std::pair<double, double>>& evals,
                    double final_accuracy, double train_s) {

@@ -112,6 +112,45 @@ TEST(RestartCliTest, AKilledWorkerCostsOnlyTheStepsSinceTheCheckpoint) {
   std::filesystem::remove(metrics);
 }
 
+// DiLoCo (streaming, int4): each rank's own model, optimizer state and the exchange in
+// flight are in the checkpoint, so a killed worker costs only the steps since it, and the
+// job ends with the parameters of the run that was never interrupted. Worker 1 dies before
+// step 10; checkpoints after steps 3, 6, 9 (fragment 0 in flight at 6: sent at 6, merged
+// at 7).
+TEST(RestartCliTest, ADiLoCoJobResumesExactlyFromItsCheckpoint) {
+  const std::string args =
+      " train --workers 2 --epochs 2 --train-limit 512 --test-limit 500 --batch-size 32"
+      " --strategy diloco --inner-steps 4 --fragments 2 --fragment-delay 1 --compressor int4"
+      " --progress lines";
+  const std::string dir = temp_path("diloco_ckpt");
+  const std::string reference_metrics = temp_path("diloco_reference.jsonl");
+  const std::string metrics = temp_path("diloco_restarted.jsonl");
+  std::filesystem::remove_all(dir);
+  const auto reference =
+      run_command(std::string(GRADWIRE_CLI) + args + " --metrics " + reference_metrics, 300);
+  ASSERT_EQ(reference.status, 0) << reference.output;
+  const auto restarted = run_command(
+      std::string(GRADWIRE_FAULT_CLI) + args + " --checkpoint-dir " + dir +
+          " --checkpoint-every 3 --max-restarts 1 --test-worker-exit 1:10 --metrics " + metrics,
+      300);
+  ASSERT_EQ(restarted.status, 0) << restarted.output;
+  EXPECT_NE(restarted.output.find("exiting abruptly at step 10"), std::string::npos)
+      << restarted.output;
+  EXPECT_NE(restarted.output.find("(9 steps done)"), std::string::npos) << restarted.output;
+  const auto expected = read_json_lines(reference_metrics).back();
+  const auto summary = read_json_lines(metrics).back();
+  ASSERT_EQ(summary["event"], "summary");
+  EXPECT_EQ(summary["param_checksums"], expected["param_checksums"]);
+  EXPECT_EQ(summary["param_checksums"][0], summary["param_checksums"][1]);
+  EXPECT_EQ(summary["bytes_on_wire"], expected["bytes_on_wire"]);
+  EXPECT_EQ(summary["diloco"], expected["diloco"]);
+  EXPECT_EQ(summary["diloco"]["outer_steps"], 4);  // 16 steps, H = 4
+  EXPECT_EQ(summary["diloco"]["inner_steps"], 4);
+  std::filesystem::remove_all(dir);
+  std::filesystem::remove(reference_metrics);
+  std::filesystem::remove(metrics);
+}
+
 // A full disk while checkpointing (RLIMIT_FSIZE here: the write fails with EFBIG) costs the
 // checkpoint only: every rank hears of it, rank 0 says so, training goes on and ends well.
 TEST(RestartCliTest, ACheckpointThatCannotBeWrittenIsReportedAndTrainingGoesOn) {

@@ -41,6 +41,8 @@ const std::vector<std::string> kSpecs = {
     "int8",
     "int8:ef=0",
     "int8:momentum=0.9",
+    "int4",
+    "int4:block=16,ef=0",
     "topk:density=0.01",
     "topk:density=0.01,ef=0,warmup=8",
     "topk:density=0.01,warmup=8,momentum=0.9",

@@ -38,7 +38,9 @@ const Case kCases[] = {{"none", 37},
                        {"signsgd", 203},
                        {"bf16", 37},
                        {"int8", 37},
-                       {"int8:block=16", 203}};
+                       {"int8:block=16", 203},
+                       {"int4", 37},
+                       {"int4:block=16", 203}};
 
 // Decoding `payload` must throw E and leave the accumulator unchanged.
 template <typename E>

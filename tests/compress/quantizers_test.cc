@@ -77,13 +77,15 @@ TEST(Quantizers, CanonicalSpecsSpellOutEveryKey) {
   EXPECT_EQ(canonical_spec("bf16:ef=1"), "bf16:ef=1");
   EXPECT_EQ(canonical_spec("int8"), "int8:block=256,ef=1");
   EXPECT_EQ(canonical_spec("int8:block=64,ef=0"), "int8:block=64,ef=0");
+  EXPECT_EQ(canonical_spec("int4"), "int4:block=128,ef=1");
 }
 
 TEST(Quantizers, SpecOfEveryCodecEqualsCanonicalSpecAndIsStable) {
   for (const char* text :
        {"qsgd", "qsgd:levels=127,bucket=1", "qsgd:levels=3,bucket=4294967295,seed=12345678901",
         "qsgd:ef=1,momentum=0.9", "terngrad", "terngrad:clip=0.123456789012345", "terngrad:ef=1",
-        "signsgd", "signsgd:momentum=0.5", "bf16", "bf16:ef=1", "int8", "int8:block=3,ef=0"}) {
+        "signsgd", "signsgd:momentum=0.5", "bf16", "bf16:ef=1", "int8", "int8:block=3,ef=0", "int4",
+        "int4:block=5,ef=0"}) {
     const auto codec = create_codec(text, tensor_of(100));
     const std::string canonical = canonical_spec(text);
     EXPECT_EQ(codec->spec(), canonical) << text;
@@ -99,7 +101,8 @@ TEST(Quantizers, BadValues) {
         "qsgd:seed=-1",     "qsgd:seed=x",       "qsgd:density=0.1",  "terngrad:clip=0",
         "terngrad:clip=-1", "terngrad:clip=nan", "terngrad:clip=1e7", "terngrad:levels=3",
         "terngrad:seed=-2", "signsgd:seed=1",    "signsgd:ef=2",      "bf16:scale=2",
-        "int8:block=0",     "int8:block=x",      "int8:levels=7"}) {
+        "int8:block=0",     "int8:block=x",      "int8:levels=7",     "int4:block=0",
+        "int4:levels=3"}) {
     EXPECT_THROW(create_codec(spec, tensor_of(4)), ConfigError) << spec;
   }
 }
@@ -874,6 +877,51 @@ TEST(Int8, MessageRoundTripIsWithinHalfAStepPerBlock) {
   codec->encode_residual(a, again);
   EXPECT_EQ(again, payload);
   for (size_t i = 0; i < n; ++i) EXPECT_NEAR(a[i], input[i] - decoded[i], 1e-6f) << i;
+}
+
+// int4: every value within half a step (max_b / 7 / 2) of its input, 4.25 bits per element
+// plus the header, odd counts included; error feedback keeps exactly the difference, so
+// over many calls the decoded sum tracks the input's sum to within one step.
+TEST(Int4, RoundTripIsWithinHalfAStepPerBlockAndErrorFeedbackKeepsTheRest) {
+  for (const size_t n : {size_t{1}, size_t{127}, size_t{1001}}) {
+    const size_t block = 128, blocks = (n + block - 1) / block;
+    const auto input = random_vector(n, 21);
+    auto codec = create_codec("int4:ef=0", tensor_of(n));
+    Bytes payload;
+    codec->encode(input, payload);
+    EXPECT_EQ(payload.size(), 8u + 4u + 4u * blocks + (n + 1) / 2) << n;
+    std::vector<float> decoded(n, 0.0f);
+    codec->decode_add(payload, decoded);
+    for (size_t b = 0; b < blocks; ++b) {
+      float m = 0;
+      for (size_t i = b * block; i < std::min(n, (b + 1) * block); ++i)
+        m = std::max(m, std::fabs(input[i]));
+      for (size_t i = b * block; i < std::min(n, (b + 1) * block); ++i) {
+        EXPECT_LE(std::fabs(decoded[i] - input[i]), m / 7 / 2 * 1.0001f) << i;
+      }
+    }
+    std::vector<float> a = input;
+    Bytes again;
+    codec->encode_residual(a, again);
+    EXPECT_EQ(again, payload);
+    for (size_t i = 0; i < n; ++i) EXPECT_NEAR(a[i], input[i] - decoded[i], 1e-6f) << i;
+  }
+  const size_t n = 300;
+  auto ef = create_codec("int4", tensor_of(n));
+  std::vector<double> sent(n, 0.0), total(n, 0.0);
+  for (int step = 0; step < 40; ++step) {
+    const auto g = random_vector(n, 900 + step);
+    Bytes payload;
+    ef->encode(g, payload);
+    std::vector<float> d(n, 0.0f);
+    ef->decode_add(payload, d);
+    for (size_t i = 0; i < n; ++i) {
+      sent[i] += d[i];
+      total[i] += g[i];
+    }
+  }
+  const auto& residual = dynamic_cast<const ErrorFeedback&>(*ef).residual();
+  for (size_t i = 0; i < n; ++i) EXPECT_NEAR(sent[i] + residual[i], total[i], 1e-4) << i;
 }
 
 // int8, shared-scale face: W ranks quantize with the agreed maxima to 127 / W levels, their

@@ -167,6 +167,36 @@ Config parse_config(const std::string& text) {
     }
     return c;
   }
+  if (text.rfind("diloco", 0) == 0) {
+    const auto slash = text.find('/');
+    c.codec = slash == std::string::npos ? "none" : text.substr(slash + 1);
+    try {
+      const Spec spec = Spec::parse(text.substr(0, slash));
+      if (spec.name != "diloco") throw ConfigError("not a diloco configuration");
+      c.diloco_flags = {"--strategy", "diloco"};
+      SpecReader reader(spec, "diloco configuration");
+      const std::string h = reader.get_string("inner_steps", "100");
+      if (h != "auto" && !(std::strtoll(h.c_str(), nullptr, 10) > 0 &&
+                           h.find_first_not_of("0123456789") == std::string::npos)) {
+        throw ConfigError("inner_steps must be a positive number or auto, not '" + h + "'");
+      }
+      c.diloco_flags.insert(c.diloco_flags.end(), {"--inner-steps", h});
+      const auto flag = [&](const char* key, const char* name, double fallback) {
+        const double v = reader.get_double(key, fallback);
+        c.diloco_flags.insert(c.diloco_flags.end(), {name, number(v)});
+      };
+      flag("fragments", "--fragments", 1);
+      flag("delay", "--fragment-delay", 0);
+      flag("outer_lr", "--outer-lr", 0.7);
+      flag("outer_momentum", "--outer-momentum", 0.9);
+      reader.finish();
+      strategy::canonical_codec(c.codec);
+    } catch (const ConfigError& e) {
+      throw ConfigError("configuration '" + text + "': " + e.what() +
+                        " (diloco:inner_steps=H,fragments=F,delay=TAU/CODEC)");
+    }
+    return c;
+  }
   if (text.empty()) throw ConfigError("an empty configuration in --configs");
   try {
     strategy::canonical_codec(text);  // a layer policy or an adaptive codec (auto)
@@ -266,6 +296,15 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
            run.config.consistency,
            "--momentum",
            number(s.async_momentum)};
+  } else if (run.config.diloco()) {
+    cmd = {self, "train", "--worker", "--compressor", run.config.codec};
+    cmd.insert(cmd.end(), run.config.diloco_flags.begin(), run.config.diloco_flags.end());
+    momentum(cmd);
+    // auto's H is chosen for the link, as a user would tell it.
+    if (!run.floor) cmd.insert(cmd.end(), {"--link-bandwidth", run.bandwidth});
+    if (!s.timeline_dir.empty()) {
+      cmd.insert(cmd.end(), {"--timeline", s.timeline_dir + "/" + run.id + ".trace.json"});
+    }
   } else if (run.config.gossip()) {
     cmd = {self,
            "train",

@@ -106,8 +106,13 @@ struct Config {
   std::string updater, consistency;  // ps
   std::string gossip_trigger;        // gossip: every, period:K, adaptive (ring topology)
   bool gossip_wait = false;          // gossip-wait:TRIGGER: --gossip-wait
+  // diloco:inner_steps=H,fragments=F,delay=TAU,outer_lr=..,outer_momentum=..[/CODEC]:
+  // `gradwire train --strategy diloco` with those flags (H may be auto) and CODEC as the
+  // outer gradient's --compressor (none when left out).
+  std::vector<std::string> diloco_flags;
   bool ps() const { return !updater.empty(); }
   bool gossip() const { return !gossip_trigger.empty(); }
+  bool diloco() const { return !diloco_flags.empty(); }
 };
 
 // ConfigError for an unknown hook, updater, consistency or codec, before any run starts.

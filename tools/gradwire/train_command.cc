@@ -182,7 +182,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--model", o.model, "cnn, cnn-wide, mlp (Fashion-MNIST) or gpt (text)")
       ->capture_default_str()
       ->check(CLI::IsMember(train::model_names()));
-  cmd->add_option("--strategy", o.exchange.strategy, "Exchange strategy: allreduce, ps or gossip")
+  cmd->add_option("--strategy", o.exchange.strategy,
+                  "Exchange strategy: allreduce, ps, gossip or diloco")
       ->capture_default_str()
       ->check(CLI::IsMember(strategy::strategy_names()));
   cmd->add_option("--servers", args->servers, "Parameter servers (--strategy ps)")
@@ -229,11 +230,42 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--peer-timeout", o.exchange.gossip.peer_timeout_s,
                   "Gossip: seconds of silence after which a peer is presumed lost")
       ->capture_default_str();
+  cmd->add_option_function<std::string>(
+      "--inner-steps",
+      [&o](const std::string& v) {
+        if (v == "auto") {
+          o.exchange.diloco.inner_steps = 0;
+          return;
+        }
+        char* end = nullptr;
+        const long long h = std::strtoll(v.c_str(), &end, 10);
+        if (v.empty() || *end != '\0' || h < 1) {
+          throw ConfigError("--inner-steps: '" + v + "' is not a positive number or auto");
+        }
+        o.exchange.diloco.inner_steps = static_cast<uint64_t>(h);
+      },
+      "DiLoCo: inner steps H between outer steps, or auto: the smallest H whose exchanges "
+      "hide under the inner steps over --link-bandwidth (with --fragments > 1; it sets "
+      "--fragment-delay too), else whose exchange costs at most 5% of a round (default 100)");
+  cmd->add_option("--outer-lr", o.exchange.diloco.outer_lr, "DiLoCo: outer learning rate")
+      ->capture_default_str();
+  cmd->add_option("--outer-momentum", o.exchange.diloco.outer_momentum,
+                  "DiLoCo: outer Nesterov momentum")
+      ->capture_default_str();
+  cmd->add_option("--fragments", o.exchange.diloco.fragments,
+                  "DiLoCo: parts of the model, by layer, synchronized in turn over a round "
+                  "(Streaming DiLoCo)")
+      ->capture_default_str();
+  cmd->add_option("--fragment-delay", o.exchange.diloco.delay,
+                  "DiLoCo: inner steps a fragment's exchange overlaps before it is merged (at "
+                  "most inner steps / fragments)")
+      ->capture_default_str();
   cmd->add_option("--compressor", o.exchange.compressor,
                   "Codec spec (none, fp16, int8, topk:density=0.01, powersgd:rank=2, ...), a "
                   "layer policy (conv=...,fc=...,other=...), or an adaptive codec: auto "
                   "(measures none, fp16, int8 and PowerSGD and picks), accordion "
-                  "(docs/CODECS.md). Default: auto for allreduce, none for ps and gossip");
+                  "(docs/CODECS.md). Default: auto for allreduce, none for ps, gossip and diloco "
+                  "(diloco: the outer gradient's codec: none, fp16, bf16, int8 or int4)");
   cmd->add_option_function<double>(
       "--bucket-mb",
       [&o](double mb) {

@@ -30,6 +30,7 @@ bool is_known_codec(uint8_t id) {
     case CodecId::kPowerSgd:
     case CodecId::kFilterTopK:
     case CodecId::kInt8:
+    case CodecId::kInt4:
       return true;
   }
   return false;
@@ -133,6 +134,8 @@ const char* codec_id_name(CodecId id) {
       return "filter-topk";
     case CodecId::kInt8:
       return "int8";
+    case CodecId::kInt4:
+      return "int4";
   }
   return "unknown";
 }

@@ -46,6 +46,7 @@ enum class CodecId : uint8_t {
   kPowerSgd = 14,
   kFilterTopK = 15,
   kInt8 = 16,
+  kInt4 = 17,
 };
 
 // Element type of an additive codec's wire values.

@@ -63,6 +63,7 @@ const CodecTable& codec_table() {
     add(t, "signsgd", make_sign_sgd_codec, true);
     add(t, "bf16", make_bf16_codec, false);
     add(t, "int8", make_int8_codec, true);
+    add(t, "int4", make_int4_codec, true);
     // spectral:
     add(t, "spectral", make_spectral_codec, true);
     // layer-aware:

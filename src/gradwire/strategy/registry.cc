@@ -10,7 +10,7 @@
 
 namespace gradwire::strategy {
 
-std::vector<std::string> strategy_names() { return {"allreduce", "ps", "gossip"}; }
+std::vector<std::string> strategy_names() { return {"allreduce", "ps", "gossip", "diloco"}; }
 
 std::string codec_or_default(const std::string& codec, const std::string& strategy) {
   if (!codec.empty()) return codec;

@@ -8,7 +8,7 @@
 //     backward                  gradient_ready(i, grad) as each gradient becomes final
 //     synchronize(grads)        grads become the step's aggregated gradients
 //     optimizer.step()          (skipped when applies_update(): the strategy updated params)
-//     after_update(params)      e.g. gossip mixes models here
+//     after_update(params)      e.g. gossip mixes models here, DiLoCo its outer step
 #pragma once
 
 #include <cstdint>
@@ -91,6 +91,10 @@ class Strategy {
 
   // Replaces grads with the aggregated gradients of this step (all ranks equal).
   virtual void synchronize(const FloatSpans& grads) = 0;
+  // False for strategies that leave every rank its own gradients (DiLoCo: the ranks
+  // exchange parameters in after_update()); the caller then hands synchronize() nothing
+  // and keeps .grad as backward left it.
+  virtual bool exchanges_gradients() const { return true; }
 
   // Carries the caller's `status` words on this strategy's own collectives
   // (DistributedOptimizer's status: [failed, had-a-gradient per parameter], each 0 or 1):
@@ -107,6 +111,10 @@ class Strategy {
 
   // Called after the optimizer stepped.
   virtual void after_update(const FloatSpans& params) {}
+  // True when the last after_update() (or finish()) left every rank with the same model:
+  // every step for allreduce, when a round's last fragment lands for DiLoCo. The caller
+  // then copies rank 0's buffers to every rank, if it does.
+  virtual bool just_synchronized() const { return true; }
 
   virtual TrafficStats traffic() const = 0;
 
@@ -138,6 +146,7 @@ class Strategy {
   virtual std::optional<JobProgress> job_progress() const { return std::nullopt; }
   // tells the servers this worker is done. Worker 0 waits until every worker is, then
   // receives the servers' final model into its parameters and the job's summary.
+  // DiLoCo: a collective that leaves every rank with the same model (nullopt).
   virtual std::optional<JobSummary> finish() { return std::nullopt; }
 
  protected:

@@ -15,6 +15,7 @@
 #include "gradwire/core/error.h"
 #include "gradwire/core/timeline.h"
 #include "gradwire/strategy/agreement.h"
+#include "gradwire/strategy/diloco/diloco_strategy.h"
 #include "gradwire/strategy/gossip/gossip_strategy.h"
 #include "gradwire/strategy/registry.h"
 #include "gradwire/torch/model_parameters.h"
@@ -67,6 +68,21 @@ strategy::AllreduceOptions allreduce_options(const DistributedOptions& options,
   return o;
 }
 
+// DiLoCo's options: the user's, with the outer codec and the link.
+strategy::diloco::DiLoCoOptions diloco_options(const DistributedOptions& options,
+                                               const std::string& codec) {
+  strategy::diloco::DiLoCoOptions o;
+  o.codec = codec;
+  o.inner_steps = options.diloco.inner_steps;
+  o.outer_lr = options.diloco.outer_lr;
+  o.outer_momentum = options.diloco.outer_momentum;
+  o.nesterov = options.diloco.nesterov;
+  o.fragments = options.diloco.fragments;
+  o.delay = options.diloco.delay;
+  o.link = comm::LinkModel::from_bandwidth(options.link_latency_s, options.link_bits_per_s);
+  return o;
+}
+
 }  // namespace
 
 DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
@@ -89,9 +105,11 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
   m.context = std::move(context);
   m.optimizer = std::move(optimizer);
   // Parameter-server and gossip workers do not step together: no per-step collective, and
-  // the exchange happens in step().
-  const bool allreduce = options.strategy != "ps" && options.strategy != "gossip";
-  m.broadcast_buffers = options.broadcast_buffers && allreduce;
+  // the exchange happens in step(). DiLoCo workers step together but exchange rarely, in
+  // step(), and their buffers meet when their models do.
+  const bool allreduce = options.strategy == "allreduce";
+  const bool diloco = options.strategy == "diloco";
+  m.broadcast_buffers = options.broadcast_buffers && (allreduce || diloco);
   m.exchange_in_backward = allreduce;
 
   // Everything a user can get wrong locally is checked before any collective.
@@ -138,7 +156,7 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
   // correction: none of them feeds error feedback through an allgather. Gossip's codec
   // compresses models, not gradients: the optimizer keeps its momentum. Planned now,
   // applied once every rank agreed.
-  if (options.momentum_correction && !adaptive && options.strategy != "gossip") {
+  if (options.momentum_correction && !adaptive && options.strategy != "gossip" && !diloco) {
     m.correction = MomentumCorrection::plan(*m.optimizer, codec, tensors);
     codec = m.correction.codec();
   }
@@ -151,6 +169,9 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
         make_ps_strategy(*m.context, *m.optimizer, codec, options.ps, m.correction.active());
   } else if (options.strategy == "gossip") {
     m.strategy = make_gossip_strategy(m.context, codec, options.gossip);
+  } else if (diloco) {
+    m.strategy = std::make_unique<strategy::diloco::DiLoCoStrategy>(m.context->collectives(),
+                                                                    diloco_options(options, codec));
   } else {
     m.strategy = strategy::create_allreduce_strategy(m.context->collectives(),
                                                      allreduce_options(options, codec));
@@ -161,7 +182,7 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
     // moves, then the strategy checks its configuration and the parameters the same way
     // before broadcasting them.
     auto lines = model_state_lines(model_params);
-    if (allreduce) {
+    if (allreduce || diloco) {
       const auto more = option_lines(options);
       lines.insert(lines.end(), more.begin(), more.end());
     }
@@ -242,6 +263,7 @@ void DistributedOptimizer::synchronize() {
   }
   if (m.exchanged) return;
   m.check_parameters_unchanged();
+  if (!m.strategy->exchanges_gradients()) return;  // DiLoCo: .grad stays this rank's
   if (!m.exchange_in_backward) {
     m.exchange_in_step();
     return;
@@ -264,7 +286,7 @@ torch::Tensor DistributedOptimizer::step() {
   strategy::FloatSpans params;
   for (auto& p : m.params) params.push_back(float_span(p));
   m.strategy->after_update(params);
-  if (m.broadcast_buffers && !m.buffers.empty()) {
+  if (m.broadcast_buffers && !m.buffers.empty() && m.strategy->just_synchronized()) {
     TimelineSpan span("broadcast buffers", "communicate");
     m.broadcast_from_rank0(/*frozen_too=*/false);
   }
@@ -373,6 +395,14 @@ TrafficCounters DistributedOptimizer::traffic() const {
 
 const Context& DistributedOptimizer::context() const { return *impl_->context; }
 
+std::optional<DiLoCoSummary> DistributedOptimizer::diloco_summary() const {
+  const auto* d = dynamic_cast<const strategy::diloco::DiLoCoStrategy*>(impl_->strategy.get());
+  if (!d) return std::nullopt;
+  const auto s = d->stats();
+  return DiLoCoSummary{s.inner_steps, s.delay,  s.fragments,     s.steps,
+                       s.exchanges,   s.rounds, s.bytes_on_wire, s.last_sync_step};
+}
+
 void DistributedOptimizer::count_samples(size_t samples, double loss_sum) {
   impl_->strategy->count_samples(samples, loss_sum);
 }
@@ -396,7 +426,12 @@ std::optional<JobSummary> DistributedOptimizer::finish() {
     return std::nullopt;
   }
   torch::NoGradGuard no_grad;
-  const auto s = impl_->strategy->finish();
+  Impl& m = *impl_;
+  const auto s = m.strategy->finish();
+  if (dynamic_cast<strategy::diloco::DiLoCoStrategy*>(m.strategy.get()) && m.broadcast_buffers &&
+      !m.buffers.empty() && m.strategy->just_synchronized()) {
+    m.broadcast_from_rank0(/*frozen_too=*/false);
+  }
   if (!s) return std::nullopt;
   JobSummary out;
   out.progress = public_progress(s->progress);

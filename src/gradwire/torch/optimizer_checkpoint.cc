@@ -8,7 +8,9 @@
 //   parameters),
 //   section: the wrapped optimizer's state (torch::serialize archive),
 //   string: the caller's state,
-//   per rank (world size of them) a section: that rank's strategy state.
+//   per rank (world size of them) a section: that rank's strategy state, then, where the
+//   ranks train apart between exchanges (DiLoCo), that rank's own model: its parameters,
+//   buffers and optimizer state as above (the fields before are rank 0's).
 // Rank 0 writes it; at load rank 0 reads it and broadcasts it, so only rank 0 needs the
 // file (no shared file system is assumed).
 #include <torch/serialize.h>
@@ -71,6 +73,73 @@ void load_optimizer_state(torch::optim::Optimizer& optimizer, std::span<const ui
   }
 }
 
+// Parameters, buffers and frozen parameters, as the file's first fields hold them.
+using Tensors = std::vector<torch::Tensor>;
+
+void put_model(ByteWriter& w, const Tensors& params, const Tensors& state) {
+  w.put<uint64_t>(params.size());
+  for (const auto& p : params) {
+    w.put<uint64_t>(static_cast<uint64_t>(p.numel()));
+    w.put_array<float>(std::span<const float>(p.data_ptr<float>(), p.numel()));
+  }
+  w.put<uint64_t>(state.size());
+  for (const auto& b : state) {
+    w.put<uint64_t>(b.nbytes());
+    w.put_array<uint8_t>(
+        std::span<const uint8_t>(static_cast<const uint8_t*>(b.data_ptr()), b.nbytes()));
+  }
+}
+
+// What put_model() wrote, checked against this model (PayloadError naming `path`), as
+// spans into the reader's bytes: the parameters, then the buffers and frozen parameters.
+struct ModelBytes {
+  std::vector<std::span<const uint8_t>> params, state;
+};
+ModelBytes get_model(ByteReader& in, const Tensors& params, const Tensors& state,
+                     const std::string& path) {
+  ModelBytes out;
+  const auto param_count = in.get<uint64_t>("parameter count");
+  if (param_count != params.size()) {
+    throw PayloadError("checkpoint " + path + " holds " + std::to_string(param_count) +
+                       " parameters; this model has " + std::to_string(params.size()));
+  }
+  for (size_t i = 0; i < params.size(); ++i) {
+    const auto numel = in.get<uint64_t>("parameter size");
+    if (numel != static_cast<uint64_t>(params[i].numel())) {
+      throw PayloadError("checkpoint " + path + ": parameter " + std::to_string(i) + " has " +
+                         std::to_string(numel) + " elements; this model's has " +
+                         std::to_string(params[i].numel()));
+    }
+    out.params.push_back(in.get_bytes(numel * sizeof(float), "parameter values"));
+  }
+  const auto buffer_count = in.get<uint64_t>("buffer count");
+  if (buffer_count != state.size()) {
+    throw PayloadError("checkpoint " + path + " holds " + std::to_string(buffer_count) +
+                       " buffers and frozen parameters; this model has " +
+                       std::to_string(state.size()));
+  }
+  for (size_t i = 0; i < state.size(); ++i) {
+    const auto bytes = in.get<uint64_t>("buffer size");
+    if (bytes != state[i].nbytes()) {
+      throw PayloadError("checkpoint " + path + ": buffer " + std::to_string(i) + " has " +
+                         std::to_string(bytes) + " bytes; this model's has " +
+                         std::to_string(state[i].nbytes()));
+    }
+    out.state.push_back(in.get_bytes(bytes, "buffer values"));
+  }
+  return out;
+}
+
+void set_model(const Tensors& params, const Tensors& state, const ModelBytes& bytes) {
+  torch::NoGradGuard no_grad;
+  for (size_t i = 0; i < params.size(); ++i) {
+    std::memcpy(params[i].data_ptr<float>(), bytes.params[i].data(), bytes.params[i].size());
+  }
+  for (size_t i = 0; i < state.size(); ++i) {
+    std::memcpy(state[i].data_ptr(), bytes.state[i].data(), bytes.state[i].size());
+  }
+}
+
 }  // namespace
 
 void DistributedOptimizer::save_checkpoint(const std::string& path, const std::string& user_state) {
@@ -79,6 +148,11 @@ void DistributedOptimizer::save_checkpoint(const std::string& path, const std::s
   const int rank = m.context->rank();
   Bytes mine;
   m.strategy->save_state(mine);  // ConfigError, alike on every rank, for ps and gossip
+  if (!m.strategy->exchanges_gradients()) {
+    ByteWriter w(mine);
+    put_model(w, m.params, m.state_tensors());
+    put_section(mine, optimizer_state(*m.optimizer));
+  }
   const std::vector<Bytes> states = c.allgather_bytes(mine);
 
   Outcome outcome = Outcome::kOk;
@@ -90,18 +164,7 @@ void DistributedOptimizer::save_checkpoint(const std::string& path, const std::s
       w.put<uint32_t>(kCheckpointTag);
       w.put<uint32_t>(static_cast<uint32_t>(m.context->world_size()));
       w.put_string(m.codec_spec);
-      w.put<uint64_t>(m.params.size());
-      for (const auto& p : m.params) {
-        w.put<uint64_t>(static_cast<uint64_t>(p.numel()));
-        w.put_array<float>(std::span<const float>(p.data_ptr<float>(), p.numel()));
-      }
-      const auto state = m.state_tensors();
-      w.put<uint64_t>(state.size());
-      for (const auto& b : state) {
-        w.put<uint64_t>(b.nbytes());
-        w.put_array<uint8_t>(
-            std::span<const uint8_t>(static_cast<const uint8_t*>(b.data_ptr()), b.nbytes()));
-      }
+      put_model(w, m.params, m.state_tensors());
       put_section(payload, optimizer_state(*m.optimizer));
       w.put_string(user_state);
       for (const Bytes& state : states) put_section(payload, state);
@@ -165,38 +228,8 @@ std::optional<std::string> DistributedOptimizer::load_checkpoint(const std::stri
     throw PayloadError("checkpoint " + path + " was saved with codec " + codec +
                        "; this job uses " + m.codec_spec);
   }
-  const auto param_count = in.get<uint64_t>("parameter count");
-  if (param_count != m.params.size()) {
-    throw PayloadError("checkpoint " + path + " holds " + std::to_string(param_count) +
-                       " parameters; this model has " + std::to_string(m.params.size()));
-  }
-  std::vector<std::span<const uint8_t>> param_bytes;
-  for (size_t i = 0; i < m.params.size(); ++i) {
-    const auto numel = in.get<uint64_t>("parameter size");
-    if (numel != static_cast<uint64_t>(m.params[i].numel())) {
-      throw PayloadError("checkpoint " + path + ": parameter " + std::to_string(i) + " has " +
-                         std::to_string(numel) + " elements; this model's has " +
-                         std::to_string(m.params[i].numel()));
-    }
-    param_bytes.push_back(in.get_bytes(numel * sizeof(float), "parameter values"));
-  }
-  const auto buffer_count = in.get<uint64_t>("buffer count");
-  const auto state = m.state_tensors();
-  if (buffer_count != state.size()) {
-    throw PayloadError("checkpoint " + path + " holds " + std::to_string(buffer_count) +
-                       " buffers and frozen parameters; this model has " +
-                       std::to_string(state.size()));
-  }
-  std::vector<std::span<const uint8_t>> buffer_bytes;
-  for (size_t i = 0; i < state.size(); ++i) {
-    const auto bytes = in.get<uint64_t>("buffer size");
-    if (bytes != state[i].nbytes()) {
-      throw PayloadError("checkpoint " + path + ": buffer " + std::to_string(i) + " has " +
-                         std::to_string(bytes) + " bytes; this model's has " +
-                         std::to_string(state[i].nbytes()));
-    }
-    buffer_bytes.push_back(in.get_bytes(bytes, "buffer values"));
-  }
+  const Tensors state = m.state_tensors();
+  const ModelBytes model = get_model(in, m.params, state, path);
   ByteReader optimizer_section = get_section(in, "optimizer state");
   const auto optimizer_bytes =
       optimizer_section.get_bytes(optimizer_section.remaining(), "optimizer state");
@@ -208,15 +241,16 @@ std::optional<std::string> DistributedOptimizer::load_checkpoint(const std::stri
   }
   in.expect_end("checkpoint");
 
-  torch::NoGradGuard no_grad;
-  for (size_t i = 0; i < m.params.size(); ++i) {
-    std::memcpy(m.params[i].data_ptr<float>(), param_bytes[i].data(), param_bytes[i].size());
-  }
-  for (size_t i = 0; i < state.size(); ++i) {
-    std::memcpy(state[i].data_ptr(), buffer_bytes[i].data(), buffer_bytes[i].size());
-  }
+  set_model(m.params, state, model);
   load_optimizer_state(*m.optimizer, optimizer_bytes);
   m.strategy->load_state(my_state);
+  if (!m.strategy->exchanges_gradients()) {  // this rank's own model, over rank 0's
+    const ModelBytes own = get_model(my_state, m.params, state, path);
+    ByteReader own_optimizer = get_section(my_state, "this rank's optimizer state");
+    set_model(m.params, state, own);
+    load_optimizer_state(*m.optimizer,
+                         own_optimizer.get_bytes(own_optimizer.remaining(), "optimizer state"));
+  }
   my_state.expect_end("exchange state");
   return user_state;
 }

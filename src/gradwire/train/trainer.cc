@@ -253,6 +253,12 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
       }
     }
     if (progress == ProgressStyle::kTerminal) std::printf("\n");
+    // DiLoCo's ranks train apart between rounds: the job ends with one model on every
+    // rank (a collective, counted as training), and that model is evaluated.
+    if (epoch == options.epochs && optimizer.diloco_summary()) {
+      optimizer.finish();
+      evaluated_step = static_cast<size_t>(-1);
+    }
     // Evaluation and the epoch's bookkeeping are not training time.
     clock.pause();
     const double train_s = clock.seconds() - epoch_train_start;
@@ -331,6 +337,17 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   summary["codec"] = optimizer.codec_spec();
   summary["bucket_layout"] = optimizer.bucket_layout();
   summary.update(job_fields(options, job));
+  if (const auto d = optimizer.diloco_summary()) {
+    summary["diloco"] = {
+        {"inner_steps", d->inner_steps},
+        {"delay", d->delay},
+        {"fragments", d->fragments},
+        {"outer_steps", d->outer_steps},
+        {"exchanges", d->exchanges},
+        {"bytes_on_wire", d->bytes_on_wire},
+        {"bytes_per_outer_step",
+         d->outer_steps ? static_cast<double>(d->bytes_on_wire) / d->outer_steps : 0.0}};
+  }
   summary["param_checksums"] = checksums;
   metrics.write(summary);
   if (context.is_root()) {

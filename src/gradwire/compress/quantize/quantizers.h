@@ -7,6 +7,7 @@
 //   signsgd   EF-signSGD: mean |a| times the signs                              (ef on)
 //   bf16      bfloat16 cast; message face only (Gloo has no bf16 sum)           (ef off)
 //   int8      int8 per block of a shared scale; summed by allreduce in int8     (ef on)
+//   int4      4-bit levels per block of its own scale; message face only       (ef on)
 //
 // Randomness: qsgd and terngrad draw one uniform per element from a UniformStream owned by
 // the codec instance (one per tensor). A `seed` key (default 0) and the tensor name fix the
@@ -32,6 +33,7 @@ std::unique_ptr<Codec> make_terngrad_codec(SpecReader& reader, const TensorInfo&
 std::unique_ptr<Codec> make_sign_sgd_codec(SpecReader& reader, const TensorInfo& tensor);
 std::unique_ptr<Codec> make_bf16_codec(SpecReader& reader, const TensorInfo& tensor);
 std::unique_ptr<Codec> make_int8_codec(SpecReader& reader, const TensorInfo& tensor);
+std::unique_ptr<Codec> make_int4_codec(SpecReader& reader, const TensorInfo& tensor);
 
 // Payload format version of each quantizer (bump when a body layout changes).
 inline constexpr uint8_t kQsgdVersion = 1;
@@ -39,6 +41,7 @@ inline constexpr uint8_t kTernGradVersion = 1;
 inline constexpr uint8_t kSignSgdVersion = 1;
 inline constexpr uint8_t kBf16Version = 1;
 inline constexpr uint8_t kInt8Version = 1;
+inline constexpr uint8_t kInt4Version = 1;
 
 // Elements the stochastic quantizers process per block: uniforms and codes for one block
 // live in small scratch buffers (L1-resident), and a block is a whole number of code groups

@@ -1,0 +1,154 @@
+// DiLoCo (Douillard et al. 2023) and Streaming DiLoCo (2025): local SGD with an outer
+// optimizer, for links too slow to exchange at every step (docs/ALGORITHMS.md, DiLoCo).
+//
+// Every rank steps its own optimizer (the inner one: AdamW in the papers) on its own
+// gradients; nothing is exchanged per step. Every H inner steps each fragment of the model
+// (fragments.h) is synchronized: with theta_g its parameters at its last synchronization
+// (equal on every rank) and theta its current ones,
+//   outer gradient   Delta = mean over the ranks of (theta_g - theta)   (OuterExchange)
+//   outer momentum   m <- mu m + Delta
+//   outer step       theta_g <- theta_g - lr_out (Delta + mu m)          (Nesterov; m without)
+//   merge            theta <- theta_g + (theta - theta_sent)
+// where theta_sent is theta when the exchange was sent: with a delay tau > 0 the exchange
+// runs on the exchange thread while tau more inner steps go on, and the merge keeps what
+// those steps did locally (the next round's outer gradient carries it to the others); with
+// tau = 0, theta <- theta_g and every rank holds the same fragment. The defaults are the
+// papers': lr_out 0.7, mu 0.9, Nesterov.
+//
+// `inner_steps` 0 (auto): the first kProbeSteps steps are timed, the ranks agree on the
+// slowest rank's median step time t (one allreduce-max), and with T the predicted time of
+// one fragment's exchange over `link` (OuterExchange::predicted_seconds):
+//   streaming (F > 1 or delay > 0): tau = ceil(kAutoMargin T / t) (at least 1), H = F tau:
+//     the smallest H whose exchanges all hide under the inner steps;
+//   blocking (F = 1, delay 0): H = ceil(T / (kAutoBlockingShare t)): the exchange costs at
+//     most that share of the round.
+//   Either way H >= kAutoMinInnerSteps. The choice is a decision (take_decisions()).
+//
+// Everything here happens in after_update() on the caller's thread, except the exchanges,
+// which run on the exchange thread (InOrderExecutor, in a turn reserved when sent, so that
+// collectives the caller issues meanwhile keep one order on every rank).
+#pragma once
+
+#include <chrono>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "gradwire/comm/collectives.h"
+#include "gradwire/comm/cost_model.h"
+#include "gradwire/strategy/allreduce/in_order_executor.h"
+#include "gradwire/strategy/diloco/fragments.h"
+#include "gradwire/strategy/diloco/outer_exchange.h"
+#include "gradwire/strategy/strategy.h"
+
+namespace gradwire::strategy::diloco {
+
+struct DiLoCoOptions {
+  std::string codec = "none";  // of the outer gradient: one codec spec (no layer policy)
+  uint64_t inner_steps = 100;  // H; 0: auto
+  double outer_lr = 0.7;
+  double outer_momentum = 0.9;
+  bool nesterov = true;
+  int fragments = 1;   // F
+  uint64_t delay = 0;  // tau (auto sets it when streaming)
+  comm::LinkModel link;
+
+  // ConfigError naming the first option out of range.
+  void check() const;
+  // One line per option, for the ranks' agreement.
+  std::vector<std::string> lines() const;
+};
+
+// What the outer loop did (DistributedOptimizer::diloco_summary()).
+struct DiLoCoStats {
+  uint64_t inner_steps = 0;  // H in force (0 while auto is still probing)
+  uint64_t delay = 0;
+  int fragments = 1;
+  uint64_t steps = 0;      // inner steps taken
+  uint64_t exchanges = 0;  // fragment exchanges landed
+  uint64_t rounds = 0;     // outer steps of the whole model: exchanges / F
+  uint64_t bytes_on_wire = 0;
+  uint64_t last_sync_step = 0;  // the inner step at which the last fragment landed
+};
+
+class DiLoCoStrategy : public Strategy {
+ public:
+  static constexpr uint64_t kProbeSteps = 6;
+  static constexpr double kAutoMargin = 1.25;
+  static constexpr double kAutoBlockingShare = 0.05;
+  static constexpr uint64_t kAutoMinInnerSteps = 10;
+
+  DiLoCoStrategy(comm::Collectives& collectives, DiLoCoOptions options);
+  ~DiLoCoStrategy() override;
+
+  std::string name() const override { return "diloco"; }
+  // `params` must stay valid while the strategy lives (finish() writes them).
+  void start(std::span<const compress::TensorInfo> tensors, const FloatSpans& params) override;
+  // The gradients stay this rank's: the inner optimizer steps on them.
+  void synchronize(const FloatSpans& grads) override {}
+  bool exchanges_gradients() const override { return false; }
+  void after_update(const FloatSpans& params) override;
+  bool just_synchronized() const override { return just_synchronized_; }
+  TrafficStats traffic() const override { return traffic_; }
+  std::vector<CodecDecision> take_decisions() override;
+  // Lands the exchange in flight, then averages what every fragment did since its last
+  // synchronization (an outer step of rate 1 without momentum), so that every rank ends
+  // with the same model. Collective.
+  std::optional<JobSummary> finish() override;
+  void save_state(Bytes& out) const override;
+  void load_state(ByteReader& in) override;
+
+  DiLoCoStats stats() const;
+  // For tests: the fragments' tensors.
+  std::vector<std::vector<size_t>> fragment_tensors() const;
+
+ private:
+  struct Fragment {
+    std::vector<size_t> tensors;
+    size_t numel = 0;
+    std::unique_ptr<OuterExchange> exchange;
+    std::vector<float> global;    // theta_g
+    std::vector<float> momentum;  // m
+    uint64_t synced_at = 0;       // the inner step at which it last landed
+  };
+  // The exchange sent and not yet merged.
+  struct InFlight {
+    int fragment = -1;
+    uint64_t land_at = 0;
+    std::vector<float> delta;            // this rank's outer gradient; the mean once done
+    std::vector<float> sent;             // theta when sent (delay > 0)
+    uint64_t wire = 0, contributed = 0;  // the exchange's traffic, once done
+  };
+  using Clock = std::chrono::steady_clock;
+
+  void gather(const Fragment& f, const FloatSpans& params, std::vector<float>& out) const;
+  void send(int fragment, const FloatSpans& params);
+  // Waits for the exchange in flight (rethrowing its error); idempotent.
+  void wait_in_flight() const;
+  void land(const FloatSpans& params);
+  // Auto: times the step; once probed, agrees and fixes the schedule.
+  void probe();
+  void resolve_auto(double step_seconds);
+
+  comm::Collectives& collectives_;
+  DiLoCoOptions options_;
+  FloatSpans params_;  // start()'s: the model's parameters, valid while the strategy lives
+  Schedule schedule_;
+  bool scheduled_ = false;  // H is known (given, or auto resolved)
+  std::vector<Fragment> fragments_;
+  mutable InFlight in_flight_;
+  mutable bool exchange_running_ = false;  // sent to the executor, not yet waited for
+  uint64_t steps_ = 0;
+  uint64_t exchanges_ = 0;
+  uint64_t last_sync_step_ = 0;
+  bool just_synchronized_ = false;
+  mutable TrafficStats traffic_;
+  size_t numel_ = 0;
+  std::vector<double> probe_seconds_;
+  Clock::time_point last_update_;
+  std::vector<CodecDecision> decisions_;
+  std::unique_ptr<InOrderExecutor> executor_;  // last: destroyed (joined) first
+};
+
+}  // namespace gradwire::strategy::diloco
