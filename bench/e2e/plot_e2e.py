@@ -94,12 +94,15 @@ def load(directory):
             if new not in row:
                 row[new] = row.get(old)
         row["curve"] = []
+        row["step_curve"] = []
         row["step_samples"] = None
         path = os.path.join(directory, row["metrics"])
         if os.path.exists(path):
             lines = list(events(path))
             row["curve"] = [(e["train_s"], e[row["metric"].name]) for e in lines
                             if e.get("event") == "eval"]
+            row["step_curve"] = [(e.get("step"), e[row["metric"].name]) for e in lines
+                                 if e.get("event") == "eval"]
             # Samples a rank takes a step, as the run itself wrote (both sides do).
             for e in lines:
                 if e.get("event") == "summary" and "batch_size" in e:
@@ -133,6 +136,15 @@ def first_at(curve, target, metric):
     return next((t for t, a in curve if metric.reached(a, target)), None)
 
 
+def wire_to_target(row, target, metric):
+    """Bytes on the wire (per step, as the row counts them) times the steps of the first
+    evaluation that reached `target`; None: never, or no curve with steps."""
+    step = next((n for n, v in row.get("step_curve", []) if n is not None
+                 and metric.reached(v, target)), None)
+    per_step = number(row.get("wire_bytes_per_step"))
+    return per_step * step if step and per_step else None
+
+
 def rounds(rows):
     """(model, round) -> the compute floor's row of that round."""
     return {(r["model"], int(r["run"])): r for r in rows
@@ -162,6 +174,8 @@ def aggregate(rows):
             floor = floors.get((r["model"], int(r["run"])))
             train = number(r["train_s"])
             floor_s = number(floor["train_s"]) if floor else None
+            wire = wire_to_target(r, target, metric)
+            floor_wire = wire_to_target(floor, target, metric) if floor else None
             per_seed[int(r["run"])] = {
                 "train_s": train,
                 "over_floor": train / floor_s if train and floor_s else None,
@@ -172,6 +186,9 @@ def aggregate(rows):
                 "target": number(r["time_to_target_s"]),
                 "accuracy": number(r["final"]),
                 "floor_accuracy": number(floor["final"]) if floor else None,
+                # Bytes on the wire until the target, against the floor's: fp32 allreduce
+                # (DDP's allreduce sends the same) to the same target in that round.
+                "wire_vs_allreduce": wire / floor_wire if wire and floor_wire else None,
             }
         reached = [s["target"] for s in per_seed.values() if s["target"] is not None]
         summary[key] = {
@@ -398,6 +415,7 @@ def tables_markdown(summary, rows, models, bandwidths, configs):
                 header += [f"time to {metric.target(target)} / {vs}'s", "verdict",
                            f"training / {vs}'s", "verdict"]
             header.append("bytes per step on the wire")
+            header.append(f"on the wire to {metric.target(target)} / fp32 allreduce's")
             lines.append("| " + " | ".join(header) + " |")
             lines.append("|" + "---|" * len(header))
             rows_here = ([("floor", "`none`, unshaped links (compute floor)", floor)]
@@ -426,6 +444,9 @@ def tables_markdown(summary, rows, models, bandwidths, configs):
                         r = ratios(p, theirs, field) if s is not floor else []
                         cells += [ratio_text(r), verdict(r)] if r else ["", ""]
                 cells.append(fmt(s["wire_bytes_per_step"], ",.0f") or "not measured")
+                wire = [x["wire_vs_allreduce"] for x in p.values()
+                        if x["wire_vs_allreduce"] is not None]
+                cells.append(spread(wire, ".4f") if wire else "")
                 lines.append("| " + " | ".join(cells) + " |")
             lines.append("")
     failed = [r for r in rows if r["status"] != "ok"]

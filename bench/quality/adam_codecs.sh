@@ -8,6 +8,10 @@
 #   bash bench/quality/adam_codecs.sh docs/results/gpt-adamw-codecs 3 none fp16 int8 \
 #       powersgd:rank=4 powersgd:rank=16 topk:density=0.01 2bit signsgd
 #
+# A CODEC of the form diloco:inner_steps=H,fragments=F,delay=TAU/OUTER_CODEC runs strategy
+# diloco with those flags (the keys as in `gradwire bench e2e --configs`; outer codec none
+# when left out), against allreduce's none of the same seed.
+#
 # Writes OUT/runs/<codec>-seed<S>.jsonl (the metrics), adds the command to OUT/command.txt
 # (a run already finished is kept: invocations add codecs or seeds); then
 # bench/quality/adam_codecs_table.py OUT prints the table (OUT/results.md).
@@ -19,11 +23,28 @@ mkdir -p "$out/runs"
 echo "bash bench/quality/adam_codecs.sh $out $seeds $*" >> "$out/command.txt"  # every invocation
 for ((seed = 0; seed < seeds; ++seed)); do
   for codec in "$@"; do
-    name="$(echo "$codec" | tr ':=,' '---')-seed$seed"
+    name="$(echo "$codec" | tr ':=,/' '----')-seed$seed"
     [ -s "$out/runs/$name.jsonl" ] && grep -q '"summary"' "$out/runs/$name.jsonl" && continue
     echo "$(date -u +%H:%M:%S) $codec seed $seed"
+    flags=(--compressor "$codec")
+    if [[ "$codec" == diloco* ]]; then
+      spec="${codec%%/*}"; outer=none; [[ "$codec" == */* ]] && outer="${codec#*/}"
+      flags=(--strategy diloco --compressor "$outer")
+      params="${spec#diloco}"; params="${params#:}"
+      IFS=',' read -ra pairs <<< "$params"
+      for pair in "${pairs[@]}"; do
+        case "${pair%%=*}" in
+          inner_steps) flags+=(--inner-steps "${pair#*=}") ;;
+          fragments) flags+=(--fragments "${pair#*=}") ;;
+          delay) flags+=(--fragment-delay "${pair#*=}") ;;
+          outer_lr) flags+=(--outer-lr "${pair#*=}") ;;
+          outer_momentum) flags+=(--outer-momentum "${pair#*=}") ;;
+          *) echo "adam_codecs.sh: unknown diloco key in '$codec'" >&2; exit 2 ;;
+        esac
+      done
+    fi
     "$gradwire" train --model gpt --workers 4 --epochs 1 --train-limit 12288 --batch-size 8 \
-      --eval-every 32 --compressor "$codec" --bucket-layout fixed --seed "$seed" \
+      --eval-every 32 "${flags[@]}" --bucket-layout fixed --seed "$seed" \
       --progress none --metrics "$out/runs/$name.jsonl" > "$out/runs/$name.log" 2>&1
   done
 done

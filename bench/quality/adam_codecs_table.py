@@ -1,5 +1,6 @@
 #!/usr/bin/python3
-"""The table of bench/quality/adam_codecs.sh: per codec, over its seeds, gpt's final
+"""The table of bench/quality/adam_codecs.sh: per codec (or DiLoCo configuration, named
+diloco:inner_steps=H,fragments=F,delay=TAU/CODEC), over its seeds, gpt's final
 validation loss, its ratio to none's of the same seed, whether it ends within 1% of
 none's (a verdict from 3 seeds: "yes" when every seed's ratio is at most 1.01, "no" when
 every one is above, "not resolved" otherwise), the loss halfway through against none's,
@@ -41,6 +42,10 @@ def main(directory):
         if summary is None:
             continue
         name = summary["compressor"]
+        if summary.get("strategy") == "diloco":
+            d = summary["diloco"]
+            name = (f"diloco:inner_steps={d['inner_steps']},fragments={d['fragments']},"
+                    f"delay={d['delay']}/{name}")
         if name not in order:
             order.append(name)
         runs.setdefault(name, {})[seed] = (evals, summary)
@@ -76,6 +81,8 @@ def main(directory):
         else:
             verdict = "not resolved"
         codec = runs[name][seeds[0]][1]["codec"] if seeds else name
+        if name.startswith("diloco"):
+            codec = name.split("/")[0] + "/" + codec
         print(f"| `{codec}` | {len(seeds)} | {spread(finals, '.4f')} | {spread(ratios, '.4f')} "
               f"| {verdict} | {spread(at_half, '.4f')} | {spread(wire, '.4f')} |")
 

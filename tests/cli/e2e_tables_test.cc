@@ -82,7 +82,8 @@ TEST(E2eMatrixTest, TheDefaultMatrixRunsDdpPowerSgdAsAutosPlan) {
 // diloco:KEY=VALUE,.../CODEC runs `gradwire train --strategy diloco` with those flags, the
 // codec as the outer gradient's and the link told; malformed ones fail naming the form.
 TEST(E2eMatrixTest, DiLoCoConfigurationsBecomeTrainFlags) {
-  const e2e::Config c = e2e::parse_config("diloco:inner_steps=50,fragments=4,delay=2/int4");
+  const e2e::Config c =
+      e2e::parse_config("diloco:inner_steps=50,fragments=4,delay=2,epochs=2/int4");
   EXPECT_TRUE(c.diloco());
   EXPECT_EQ(c.codec, "int4");
   e2e::Run run;
@@ -102,6 +103,10 @@ TEST(E2eMatrixTest, DiLoCoConfigurationsBecomeTrainFlags) {
   EXPECT_EQ(value("--fragment-delay"), "2");
   EXPECT_EQ(value("--compressor"), "int4");
   EXPECT_EQ(value("--link-bandwidth"), "10mbit");
+  // Its own epochs, after the matrix's (the last one counts).
+  const auto last_epochs = std::find(cmd.rbegin(), cmd.rend(), "--epochs");
+  ASSERT_NE(last_epochs, cmd.rend());
+  EXPECT_EQ(*(last_epochs - 1), "2");
   EXPECT_EQ(e2e::parse_config("diloco:inner_steps=auto").codec, "none");
   for (const char* bad : {"diloco:inner_steps=0", "diloco:h=5", "diloco:inner_steps=5/nope"}) {
     try {

@@ -189,11 +189,13 @@ Config parse_config(const std::string& text) {
       flag("delay", "--fragment-delay", 0);
       flag("outer_lr", "--outer-lr", 0.7);
       flag("outer_momentum", "--outer-momentum", 0.9);
+      c.epochs = static_cast<int>(reader.get_int_in("epochs", 0, 0, 1000));
       reader.finish();
       strategy::canonical_codec(c.codec);
     } catch (const ConfigError& e) {
       throw ConfigError("configuration '" + text + "': " + e.what() +
-                        " (diloco:inner_steps=H,fragments=F,delay=TAU/CODEC)");
+                        " (diloco:inner_steps=H,fragments=F,delay=TAU,outer_lr=LR,"
+                        "outer_momentum=M,epochs=E/CODEC)");
     }
     return c;
   }
@@ -325,6 +327,8 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
     }
   }
   cmd.insert(cmd.end(), common.begin(), common.end());
+  // A later option overrides an earlier one (gradwire train's policy).
+  if (run.config.epochs > 0) cmd.insert(cmd.end(), {"--epochs", std::to_string(run.config.epochs)});
   return cmd;
 }
 

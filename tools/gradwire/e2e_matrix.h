@@ -106,10 +106,13 @@ struct Config {
   std::string updater, consistency;  // ps
   std::string gossip_trigger;        // gossip: every, period:K, adaptive (ring topology)
   bool gossip_wait = false;          // gossip-wait:TRIGGER: --gossip-wait
-  // diloco:inner_steps=H,fragments=F,delay=TAU,outer_lr=..,outer_momentum=..[/CODEC]:
-  // `gradwire train --strategy diloco` with those flags (H may be auto) and CODEC as the
-  // outer gradient's --compressor (none when left out).
+  // diloco:inner_steps=H,fragments=F,delay=TAU,outer_lr=..,outer_momentum=..,epochs=E
+  // [/CODEC]: `gradwire train --strategy diloco` with those flags (H may be auto) and CODEC
+  // as the outer gradient's --compressor (none when left out). epochs=E trains E epochs
+  // instead of the matrix's (its schedule spans them): local steps trade steps for bytes,
+  // and time to the target is what is compared.
   std::vector<std::string> diloco_flags;
+  int epochs = 0;  // 0: the matrix's
   bool ps() const { return !updater.empty(); }
   bool gossip() const { return !gossip_trigger.empty(); }
   bool diloco() const { return !diloco_flags.empty(); }
