@@ -49,6 +49,7 @@ const CodecBench kCodecs[] = {
     {"2bit", "2bit:ef=0", "2bit:ef=1", false},
     {"qsgd", "qsgd", nullptr, false},
     {"int8", "int8:ef=0", "int8:ef=1", false},
+    {"int4", "int4:ef=0", "int4:ef=1", false},
     {"terngrad", "terngrad", nullptr, false},
     {"signsgd", "signsgd:ef=0", "signsgd:ef=1", false},
     {"spectral", "spectral:ef=0", "spectral:ef=1", false},

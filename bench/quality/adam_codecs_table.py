@@ -33,19 +33,36 @@ def read(path):
     return evals, summary
 
 
+def file_stem(config):
+    """adam_codecs.sh's file name for `config`, without "-seedS.jsonl"."""
+    return config.translate(str.maketrans(":=,/", "----"))
+
+
+def listed_configs(directory):
+    """The configurations of command.txt's invocations, in order."""
+    listed = []
+    command = os.path.join(directory, "command.txt")
+    if os.path.exists(command):
+        with open(command) as f:
+            for line in f:  # one invocation a line
+                if line.startswith("bash "):
+                    listed += [c for c in line.split()[4:] if c not in listed]
+    return listed
+
+
 def main(directory):
-    runs = {}  # compressor -> seed -> (evals, summary)
+    runs = {}  # compressor (DiLoCo: its configuration as listed) -> seed -> (evals, summary)
     order = []
+    by_stem = {file_stem(c): c for c in listed_configs(directory)}
     for path in sorted(glob.glob(os.path.join(directory, "runs", "*.jsonl"))):
-        seed = int(re.search(r"-seed(\d+)\.jsonl$", path).group(1))
+        match = re.search(r"([^/]*)-seed(\d+)\.jsonl$", path)
+        seed = int(match.group(2))
         evals, summary = read(path)
         if summary is None:
             continue
         name = summary["compressor"]
         if summary.get("strategy") == "diloco":
-            d = summary["diloco"]
-            name = (f"diloco:inner_steps={d['inner_steps']},fragments={d['fragments']},"
-                    f"delay={d['delay']}/{name}")
+            name = by_stem.get(match.group(1), match.group(1))
         if name not in order:
             order.append(name)
         runs.setdefault(name, {})[seed] = (evals, summary)
@@ -53,12 +70,7 @@ def main(directory):
         sys.exit("adam_codecs_table: no finished run of none")
     base = runs["none"]
     # The order of the commands' codec lists (command.txt), then any other.
-    listed = []
-    command = os.path.join(directory, "command.txt")
-    if os.path.exists(command):
-        with open(command) as f:
-            for line in f:  # one invocation a line
-                listed += [c for c in line.split()[4:] if c not in listed]
+    listed = listed_configs(directory)
     order = sorted(order, key=lambda n: (listed.index(n) if n in listed else len(listed), n))
     half = max(step for step, _ in next(iter(base.values()))[0]) // 2
     print("| codec | seeds | final validation loss | / none's | within 1% of none | "
@@ -83,6 +95,8 @@ def main(directory):
         codec = runs[name][seeds[0]][1]["codec"] if seeds else name
         if name.startswith("diloco"):
             codec = name.split("/")[0] + "/" + codec
+            d = runs[name][seeds[0]][1]["diloco"]
+            codec += f" (H {d['inner_steps']}, {d['outer_steps']} outer steps)"
         print(f"| `{codec}` | {len(seeds)} | {spread(finals, '.4f')} | {spread(ratios, '.4f')} "
               f"| {verdict} | {spread(at_half, '.4f')} | {spread(wire, '.4f')} |")
 

@@ -69,6 +69,7 @@ int main() {
                          "fp16",
                          "bf16",
                          "int8",
+                         "int4",
                          "topk:density=0.01",
                          "topk:density=0.001",
                          "laplace-topk:density=0.01",

@@ -196,6 +196,14 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
     evaluated_step = global_step;
   };
 
+  // DiLoCo's exchange in flight runs on while the clock is paused (an evaluation, a
+  // checkpoint): a barrier on the clock first lands it (its turn comes before the
+  // barrier's), so no exchange time hides in time that is not counted as training.
+  const bool exchange_in_flight_possible = optimizer.diloco_summary().has_value();
+  const auto settle_exchange = [&] {
+    if (exchange_in_flight_possible) context.barrier();
+  };
+
   if (!options.timeline_path.empty()) {
     Timeline::global().enable(context.rank());
     Timeline::global().name_thread("training");
@@ -239,12 +247,14 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
                        samples * context.world_size() / (clock.seconds() - epoch_train_start));
       }
       if (options.eval_every > 0 && global_step % options.eval_every == 0 && step + 1 < steps) {
+        settle_exchange();
         clock.pause();
         evaluate_now(epoch);
         clock.resume();
       }
       if (!checkpoint.empty() && options.exchange.ps.checkpoint_every > 0 &&
           global_step % options.exchange.ps.checkpoint_every == 0) {
+        settle_exchange();
         clock.pause();
         Position now{epoch,           step + 1,          global_step, evaluated_step, quality,
                      clock.seconds(), epoch_train_start, loss_sum,    samples};
@@ -259,6 +269,7 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
       optimizer.finish();
       evaluated_step = static_cast<size_t>(-1);
     }
+    settle_exchange();
     // Evaluation and the epoch's bookkeeping are not training time.
     clock.pause();
     const double train_s = clock.seconds() - epoch_train_start;
@@ -340,6 +351,8 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   if (const auto d = optimizer.diloco_summary()) {
     summary["diloco"] = {
         {"inner_steps", d->inner_steps},
+        {"outer_lr", options.exchange.diloco.outer_lr},
+        {"outer_momentum", options.exchange.diloco.outer_momentum},
         {"delay", d->delay},
         {"fragments", d->fragments},
         {"outer_steps", d->outer_steps},
