@@ -73,17 +73,10 @@ class Int4Codec final : public Codec {
                           " elements, this codec " + std::to_string(block_));
     }
     const size_t blocks = block_count(accum.size(), block_);
-    std::vector<float> maxima(blocks);
-    const auto maxima_bytes = reader.get_bytes(4 * blocks, "int4 block maxima");
-    if (!maxima.empty()) std::memcpy(maxima.data(), maxima_bytes.data(), maxima_bytes.size());
+    std::vector<float> maxima;
+    read_block_maxima(reader, blocks, maxima, "int4");
     const auto codes = reader.get_bytes((accum.size() + 1) / 2, "int4 codes");
     reader.expect_end("'int4' payload");
-    for (float m : maxima) {
-      if (!(m >= 0.0f) || !std::isfinite(m)) {
-        throw PayloadError("'int4' payload: a block maximum is " + format_number(m) +
-                           ", not a finite number >= 0");
-      }
-    }
     for (size_t i = 0; i < accum.size(); ++i) {
       const unsigned code = (i % 2 == 0) ? (codes[i / 2] & 0x0Fu) : (codes[i / 2] >> 4);
       if (code == 0) {
@@ -115,18 +108,7 @@ class Int4Codec final : public Codec {
     PayloadHeader{CodecId::kInt4, kInt4Version, checked_count(n, id())}.write(writer);
     writer.put<uint32_t>(static_cast<uint32_t>(block_));
     maxima_.resize(blocks_);
-    bool finite = true;
-    for (size_t b = 0; b < blocks_; ++b) {
-      const size_t begin = b * block_, end = std::min(n, begin + block_);
-      float m = 0.0f;
-      for (size_t i = begin; i < end; ++i) {
-        const float v = std::fabs(a[i]);
-        finite = finite && v <= std::numeric_limits<float>::max();  // false for inf and NaN
-        m = std::max(m, v);
-      }
-      maxima_[b] = m;
-    }
-    if (!finite) throw_non_finite_input("int4");
+    block_maxima(std::span<const float>(a, n), block_, maxima_, "int4");
     writer.put_array<float>(maxima_);
     uint8_t* codes = writer.reserve_tail((n + 1) / 2);
     std::memset(codes, 0, (n + 1) / 2);

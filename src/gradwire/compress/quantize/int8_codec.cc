@@ -25,25 +25,6 @@ constexpr long long kDefaultBlock = 256;
 
 size_t block_count(size_t n, size_t block) { return n == 0 ? 0 : (n + block - 1) / block; }
 
-// out[b] = max |a| over block b. A gradient with an infinity or a NaN (training diverged)
-// has no scale: refused.
-void block_maxima(std::span<const float> a, size_t block, std::span<float> out) {
-  bool finite = true;
-  for (size_t b = 0; b < out.size(); ++b) {
-    const size_t begin = b * block, end = std::min(a.size(), begin + block);
-    float m = 0.0f;
-    for (size_t i = begin; i < end; ++i) {
-      const float v = std::fabs(a[i]);
-      finite = finite && v <= std::numeric_limits<float>::max();  // false for inf and NaN
-      m = std::max(m, v);
-    }
-    out[b] = m;
-  }
-  if (!finite) {
-    throw Error("'int8' codec: the gradient holds an infinity or a NaN (training diverged)");
-  }
-}
-
 // q = round(a / s) in [-levels, levels], s = max_b / levels; with `residual`, a <- a - q s.
 void quantize_blocks(const float* a, float* residual, size_t n, size_t block,
                      std::span<const float> maxima, int levels, int8_t* q) {
@@ -92,17 +73,10 @@ class Int8Codec final : public Codec, public SharedScaleFace {
       throw MismatchError("'int8' payload has blocks of " + std::to_string(block) +
                           " elements, this codec " + std::to_string(block_));
     }
-    std::vector<float> maxima(blocks_);
-    const auto maxima_bytes = reader.get_bytes(4 * blocks_, "int8 block maxima");
-    if (!maxima.empty()) std::memcpy(maxima.data(), maxima_bytes.data(), maxima_bytes.size());
+    std::vector<float> maxima;
+    read_block_maxima(reader, blocks_, maxima, "int8");
     const auto values = reader.get_bytes(accum.size(), "int8 values");
     reader.expect_end("'int8' payload");
-    for (float m : maxima) {
-      if (!(m >= 0.0f) || !std::isfinite(m)) {
-        throw PayloadError("'int8' payload: a block maximum is " + format_number(m) +
-                           ", not a finite number >= 0");
-      }
-    }
     for (size_t b = 0; b < blocks_; ++b) {
       const size_t begin = b * block_, end = std::min(accum.size(), begin + block_);
       const float step = maxima[b] / 127.0f;
@@ -116,7 +90,7 @@ class Int8Codec final : public Codec, public SharedScaleFace {
   size_t blocks() const override { return blocks_; }
   void local_maxima(std::span<const float> gradient, std::span<float> maxima) override {
     check_sizes(gradient.size(), maxima.size());
-    block_maxima(gradient, block_, maxima);
+    block_maxima(gradient, block_, maxima, "int8");
   }
   void quantize(std::span<const float> gradient, std::span<const float> maxima, int levels,
                 int8_t* wire) override {
@@ -152,7 +126,7 @@ class Int8Codec final : public Codec, public SharedScaleFace {
     PayloadHeader{CodecId::kInt8, kInt8Version, checked_count(n, id())}.write(writer);
     writer.put<uint32_t>(static_cast<uint32_t>(block_));
     maxima_.resize(block_count(n, block_));
-    block_maxima(std::span<const float>(a, n), block_, maxima_);
+    block_maxima(std::span<const float>(a, n), block_, maxima_, "int8");
     writer.put_array<float>(maxima_);
     auto* q = reinterpret_cast<int8_t*>(writer.reserve_tail(n));
     quantize_blocks(a, residual, n, block_, maxima_, 127, q);

@@ -1,8 +1,11 @@
 // Pieces shared by the quantizer family (quantizers.h).
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+#include <limits>
 #include <string>
 
+#include "gradwire/compress/codecs.h"
 #include "gradwire/compress/quantize/quantizers.h"
 #include "gradwire/core/error.h"
 
@@ -196,6 +199,34 @@ SquareSum sum_squares(const float* a, size_t n) {
     total.max_abs = block.max_abs > total.max_abs ? block.max_abs : total.max_abs;
   }
   return total;
+}
+
+void block_maxima(std::span<const float> a, size_t block, std::span<float> out, const char* codec) {
+  bool finite = true;
+  for (size_t b = 0; b < out.size(); ++b) {
+    const size_t begin = b * block, end = std::min(a.size(), begin + block);
+    float m = 0.0f;
+    for (size_t i = begin; i < end; ++i) {
+      const float v = std::fabs(a[i]);
+      finite = finite && v <= std::numeric_limits<float>::max();  // false for inf and NaN
+      m = std::max(m, v);
+    }
+    out[b] = m;
+  }
+  if (!finite) throw_non_finite_input(codec);
+}
+
+void read_block_maxima(ByteReader& reader, size_t blocks, std::vector<float>& out,
+                       const char* codec) {
+  out.resize(blocks);
+  const auto bytes = reader.get_bytes(4 * blocks, "block maxima");
+  if (!out.empty()) std::memcpy(out.data(), bytes.data(), bytes.size());
+  for (float m : out) {
+    if (!(m >= 0.0f) || !std::isfinite(m)) {
+      throw PayloadError("'" + std::string(codec) + "' payload: a block maximum is " +
+                         format_number(m) + ", not a finite number >= 0");
+    }
+  }
 }
 
 void throw_non_finite_input(const char* codec) {

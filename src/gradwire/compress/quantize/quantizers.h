@@ -20,7 +20,9 @@
 
 #include <cstdint>
 #include <memory>
+#include <span>
 #include <string>
+#include <vector>
 
 #include "gradwire/compress/codec.h"
 #include "gradwire/core/spec.h"
@@ -95,5 +97,14 @@ SquareSum sum_squares(const float* a, size_t n);
 
 // Throws gradwire::Error naming `codec`: the input to encode was not finite.
 [[noreturn]] void throw_non_finite_input(const char* codec);
+
+// The block quantizers' scales (int8, int4): out[b] = max |a_i| over block b (elements
+// [b block, (b + 1) block) of a). Throws throw_non_finite_input(codec) when some a_i is
+// not finite (training diverged: there is no scale).
+void block_maxima(std::span<const float> a, size_t block, std::span<float> out, const char* codec);
+// Reads `blocks` fp32 block maxima from a payload into `out` (resized), each a finite
+// number >= 0; PayloadError naming `codec` otherwise.
+void read_block_maxima(ByteReader& reader, size_t blocks, std::vector<float>& out,
+                       const char* codec);
 
 }  // namespace gradwire::compress
