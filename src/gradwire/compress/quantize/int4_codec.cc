@@ -67,11 +67,7 @@ class Int4Codec final : public Codec {
   void decode_add(std::span<const uint8_t> payload, std::span<float> accum) const override {
     ByteReader reader(payload);
     PayloadHeader::read_expected(reader, CodecId::kInt4, kInt4Version, accum.size());
-    const uint32_t block = reader.get<uint32_t>("int4 block size");
-    if (block != block_) {
-      throw MismatchError("'int4' payload has blocks of " + std::to_string(block) +
-                          " elements, this codec " + std::to_string(block_));
-    }
+    read_block_size(reader, block_, "int4");
     const size_t blocks = block_count(accum.size(), block_);
     std::vector<float> maxima;
     read_block_maxima(reader, blocks, maxima, "int4");

@@ -68,11 +68,7 @@ class Int8Codec final : public Codec, public SharedScaleFace {
   void decode_add(std::span<const uint8_t> payload, std::span<float> accum) const override {
     ByteReader reader(payload);
     PayloadHeader::read_expected(reader, CodecId::kInt8, kInt8Version, accum.size());
-    const uint32_t block = reader.get<uint32_t>("int8 block size");
-    if (block != block_) {
-      throw MismatchError("'int8' payload has blocks of " + std::to_string(block) +
-                          " elements, this codec " + std::to_string(block_));
-    }
+    read_block_size(reader, block_, "int8");
     std::vector<float> maxima;
     read_block_maxima(reader, blocks_, maxima, "int8");
     const auto values = reader.get_bytes(accum.size(), "int8 values");

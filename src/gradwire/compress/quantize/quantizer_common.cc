@@ -216,6 +216,15 @@ void block_maxima(std::span<const float> a, size_t block, std::span<float> out, 
   if (!finite) throw_non_finite_input(codec);
 }
 
+void read_block_size(ByteReader& reader, size_t expected, const char* codec) {
+  const uint32_t block = reader.get<uint32_t>("block size");
+  if (block != expected) {
+    throw MismatchError("'" + std::string(codec) + "' payload has blocks of " +
+                        std::to_string(block) + " elements, this codec " +
+                        std::to_string(expected));
+  }
+}
+
 void read_block_maxima(ByteReader& reader, size_t blocks, std::vector<float>& out,
                        const char* codec) {
   out.resize(blocks);

@@ -102,6 +102,8 @@ SquareSum sum_squares(const float* a, size_t n);
 // [b block, (b + 1) block) of a). Throws throw_non_finite_input(codec) when some a_i is
 // not finite (training diverged: there is no scale).
 void block_maxima(std::span<const float> a, size_t block, std::span<float> out, const char* codec);
+// Reads a payload's u32 block size; MismatchError naming `codec` unless it is `expected`.
+void read_block_size(ByteReader& reader, size_t expected, const char* codec);
 // Reads `blocks` fp32 block maxima from a payload into `out` (resized), each a finite
 // number >= 0; PayloadError naming `codec` otherwise.
 void read_block_maxima(ByteReader& reader, size_t blocks, std::vector<float>& out,
