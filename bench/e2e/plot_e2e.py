@@ -97,7 +97,7 @@ def load(directory):
         row["step_curve"] = []
         row["step_samples"] = None
         path = os.path.join(directory, row["metrics"])
-        if os.path.exists(path):
+        if os.path.isfile(path):  # a run that failed to start names no file
             lines = list(events(path))
             row["curve"] = [(e["train_s"], e[row["metric"].name]) for e in lines
                             if e.get("event") == "eval"]

@@ -129,6 +129,43 @@ TEST(GlooCollectivesTest, FastCollectivesLeaveTheStoreAlone) {
   EXPECT_FALSE(store->check({"progress/1"}));
 }
 
+// An alltoall's point-to-point transfers may take longer than the probe that publishes a
+// slow collective's progress (a second by default; a DiLoCo fragment on a 10 Mbit link
+// does): c10d abandons a send or receive whose timed wait expires, so they must wait out
+// the whole timeout. Here the probe is 1 ms and each message 8 MB.
+TEST(GlooCollectivesTest, AlltoallTransfersMayOutlastTheSlowProbe) {
+  auto store = c10::make_intrusive<c10d::HashStore>();
+  constexpr int kWorld = 3;
+  constexpr size_t kBytes = size_t{8} << 20;
+  std::vector<std::exception_ptr> errors(kWorld);
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < kWorld; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        GlooOptions options;
+        options.timeout = 30s;
+        options.slow_after = 1ms;
+        options.bind_hostname = "127.0.0.1";
+        auto c = make_gloo_collectives(store, r, kWorld, options);
+        std::vector<Bytes> to(kWorld), from;
+        for (int d = 0; d < kWorld; ++d) to[d] = Bytes(kBytes, static_cast<uint8_t>(10 * r + d));
+        for (int round = 0; round < 2; ++round) {
+          c->alltoall_bytes(to, from);
+          for (int s = 0; s < kWorld; ++s) {
+            EXPECT_EQ(from[s], Bytes(kBytes, static_cast<uint8_t>(10 * s + r))) << "from " << s;
+          }
+        }
+      } catch (...) {
+        errors[r] = std::current_exception();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  for (auto& e : errors) {
+    if (e) std::rethrow_exception(e);
+  }
+}
+
 TEST(GlooCollectivesTest, RankThatNeverJoinsIsNamedWithinTheTimeout) {
   std::mutex mu;
   std::vector<std::string> messages;

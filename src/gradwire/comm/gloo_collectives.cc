@@ -31,20 +31,29 @@ at::Tensor byte_view(void* data, size_t bytes) {
 }
 
 // Hang diagnosis. Each rank counts its collectives (the sequence). A rank that has waited
-// in collective #n longer than kPublishAfter writes n to the store under its progress key;
-// a fast collective writes nothing, so the store costs no round trip on the critical path.
-// When a collective fails, the ranks whose published progress is below n are the ones that
-// never arrived: every rank that did arrive was waiting, and so has published n.
+// in collective #n longer than GlooOptions::slow_after writes n to the store under its
+// progress key; a fast collective writes nothing, so the store costs no round trip on the
+// critical path. When a collective fails, the ranks whose published progress is below n
+// are the ones that never arrived: every rank that did arrive was waiting, and so has
+// published n.
 std::string progress_key(int rank) { return "progress/" + std::to_string(rank); }
-constexpr std::chrono::milliseconds kPublishAfter{1000};
 
 class GlooCollectives;
+
+// How a work is waited for. c10d's collective works survive a timed wait that expires, so
+// a collective is probed (a short wait, then the progress is published and the rest of the
+// timeout waited out). Its send and receive works do not: a timed wait that expires
+// completes them with a timeout error (the transfer is abandoned), so a send or receive
+// that merely takes longer than the probe, a large message on a slow link, would fail.
+// They wait out the group's timeout at once, and a failure names the peer, not the ranks
+// behind (the collective before every alltoall names those).
+enum class Wait { kProbed, kWholeTimeout };
 
 class GlooWork : public Work {
  public:
   GlooWork(GlooCollectives* owner, c10::intrusive_ptr<c10d::Work> work, uint64_t sequence,
-           std::string op)
-      : owner_(owner), work_(std::move(work)), sequence_(sequence), op_(std::move(op)) {}
+           std::string op, Wait how = Wait::kProbed)
+      : owner_(owner), work_(std::move(work)), sequence_(sequence), op_(std::move(op)), how_(how) {}
   void wait() override;
 
  private:
@@ -52,6 +61,7 @@ class GlooWork : public Work {
   c10::intrusive_ptr<c10d::Work> work_;
   uint64_t sequence_;
   std::string op_;
+  Wait how_;
 };
 
 class GlooCollectives : public Collectives {
@@ -62,6 +72,7 @@ class GlooCollectives : public Collectives {
         rank_(rank),
         size_(size),
         timeout_(options.timeout),
+        slow_after_(std::min(options.slow_after, options.timeout / 4)),
         failure_report_file_(options.failure_report_file) {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create();
     gloo_options->timeout = options.timeout;
@@ -95,6 +106,7 @@ class GlooCollectives : public Collectives {
   int rank() const override { return rank_; }
   int size() const override { return size_; }
   std::chrono::milliseconds timeout() const override { return timeout_; }
+  std::chrono::milliseconds slow_after() const { return slow_after_; }
 
   std::unique_ptr<Work> allreduce_sum_async(void* data, size_t count, DataType type) override {
     const uint64_t seq = begin("allreduce");
@@ -195,13 +207,13 @@ class GlooCollectives : public Collectives {
             byte_view(const_cast<uint8_t*>(to[to_rank].data()), to[to_rank].size()));
         send_work = std::make_unique<GlooWork>(
             this, launch([&] { return group_->send(send_tensors, to_rank, kAlltoallTag); }), seq,
-            "alltoall send to rank " + std::to_string(to_rank));
+            "alltoall send to rank " + std::to_string(to_rank), Wait::kWholeTimeout);
       }
       if (!out[from_rank].empty()) {
         receive_tensors.push_back(byte_view(out[from_rank].data(), out[from_rank].size()));
         receive_work = std::make_unique<GlooWork>(
             this, launch([&] { return group_->recv(receive_tensors, from_rank, kAlltoallTag); }),
-            seq, "alltoall receive from rank " + std::to_string(from_rank));
+            seq, "alltoall receive from rank " + std::to_string(from_rank), Wait::kWholeTimeout);
       }
       if (send_work) send_work->wait();
       if (receive_work) receive_work->wait();
@@ -224,7 +236,7 @@ class GlooCollectives : public Collectives {
     GlooWork(this, launch([&] { return group_->barrier(); }), seq, "barrier").wait();
   }
 
-  // Writes this rank's progress to the store (see kPublishAfter). A store that cannot be
+  // Writes this rank's progress to the store (see slow_after). A store that cannot be
   // reached is left for fail() to report.
   void publish_progress(uint64_t sequence) {
     try {
@@ -256,7 +268,7 @@ class GlooCollectives : public Collectives {
     return behind;
   }
 
-  // Builds the error for a failed operation and why. After a wait past kPublishAfter, the
+  // Builds the error for a failed operation and why. After a wait past slow_after, the
   // ranks that arrived have published their progress, so it also names the ranks that
   // never reached the operation; a quick failure (a peer closed its connections) names none.
   [[noreturn]] void fail(uint64_t sequence, const std::string& op, const std::string& cause,
@@ -280,7 +292,7 @@ class GlooCollectives : public Collectives {
   }
 
  private:
-  // Numbers the next collective; nothing leaves this rank (see kPublishAfter).
+  // Numbers the next collective; nothing leaves this rank (see slow_after).
   uint64_t begin(const char*) { return ++sequence_; }
 
   template <typename Fn>
@@ -297,6 +309,7 @@ class GlooCollectives : public Collectives {
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
+  std::chrono::milliseconds slow_after_;
   std::string failure_report_file_;
   uint64_t sequence_ = 0;
   std::vector<int64_t> sizes_;                       // allgather_bytes's scratch, kept across calls
@@ -306,11 +319,14 @@ class GlooCollectives : public Collectives {
 };
 
 void GlooWork::wait() {
-  const auto publish_after = std::min(kPublishAfter, owner_->timeout() / 4);
   bool slow = false;
   try {
+    if (how_ == Wait::kWholeTimeout) {
+      work_->wait();
+      return;
+    }
     try {
-      work_->wait(publish_after);
+      work_->wait(owner_->slow_after());
     } catch (const std::exception&) {
       if (work_->isCompleted()) throw;  // failed: not merely slow
       // Slow: say how far this rank got, then wait out the collective's own timeout.

@@ -1,9 +1,9 @@
 // GlooCollectives: Collectives over c10d's ProcessGroupGloo (CPU tensors).
 //
-// Each rank numbers its collectives; one that waits in a collective longer than a second
-// writes its number to the store ("progress/<rank>"), and a collective that fails after
-// such a wait names the ranks whose number is behind (they never reached it). Fast
-// collectives touch the store not at all: no round trip to rank 0 on the critical path.
+// Each rank numbers its collectives; one that waits in a collective longer than slow_after
+// (a second) writes its number to the store ("progress/<rank>"), and a collective that
+// fails after such a wait names the ranks whose number is behind (they never reached it).
+// Fast collectives touch the store not at all: no round trip to rank 0 on the critical path.
 #pragma once
 
 #include <memory>
@@ -16,6 +16,10 @@ namespace gradwire::comm {
 
 struct GlooOptions {
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
+  // A collective still waiting after this (at most a quarter of the timeout) publishes its
+  // progress for the hang diagnosis above. Point-to-point transfers are not probed: they
+  // may take as long as the timeout, as a large message on a slow link does.
+  std::chrono::milliseconds slow_after{std::chrono::seconds(1)};
   std::string bind_hostname;   // used when bind_interface is empty
   std::string bind_interface;  // e.g. "eth0"
   // A collective that fails because ranks never arrived names them here
