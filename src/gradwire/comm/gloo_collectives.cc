@@ -328,10 +328,14 @@ void GlooWork::wait() {
     try {
       work_->wait(owner_->slow_after());
     } catch (const std::exception&) {
-      if (work_->isCompleted()) throw;  // failed: not merely slow
-      // Slow: say how far this rank got, then wait out the collective's own timeout.
-      slow = true;
-      owner_->publish_progress(sequence_);
+      // Slow, failed, or done just after the probe gave up (a race: the work completes
+      // between the expired wait and this check). Slow: say how far this rank got. Then
+      // wait out the collective's own timeout; on a completed work that returns at once,
+      // or rethrows its failure.
+      if (!work_->isCompleted()) {
+        slow = true;
+        owner_->publish_progress(sequence_);
+      }
       work_->wait();
     }
   } catch (const std::exception& e) {
