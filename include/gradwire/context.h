@@ -74,9 +74,14 @@ class Context {
   // Every rank's value, indexed by rank (for metrics and checksums, not for gradients).
   std::vector<double> allgather(double value);
 
-  // The communicator every DistributedOptimizer of this context and the calls above share;
-  // calls from several threads reach the wire in one order on every rank (the program's
-  // thread decides it: comm/ordered_collectives.h).
+  // The communicator every DistributedOptimizer of this context and the calls above share.
+  // What is promised: the library's exchange threads and the program's thread (the one
+  // that calls backward() and step()) reach the wire in one order on every rank, the order
+  // in which the program's thread made them (comm/ordered_collectives.h). Two program
+  // threads that call collectives concurrently are ordered by whichever takes its turn
+  // first, which may differ from rank to rank: as with torch.distributed, a program that
+  // issues collectives from several threads orders them itself (one thread, or a lock
+  // and an order of its own that every rank follows).
   comm::Collectives& collectives();
 
   // Set in parameter-server jobs; null otherwise.

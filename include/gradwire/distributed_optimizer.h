@@ -18,9 +18,10 @@
 //   be of any dtype but must be contiguous CPU tensors.
 // - Construction checks that every rank has the same strategy, codec, parameters, frozen
 //   parameters, buffers (names, shapes, dtypes) and the options that decide the sequence
-//   of collectives (bucket sizes, the link model, broadcast_buffers) before any of them
-//   moves (MismatchError naming both sides otherwise), then makes every rank start from
-//   rank 0's parameters and buffers.
+//   of collectives (strategy, overlap, momentum correction, bucket sizes, measured
+//   buckets, the link model, sparse aggregation, broadcast_buffers, DiLoCo's) before any
+//   of them moves (MismatchError naming both sides otherwise), then makes every rank start
+//   from rank 0's parameters and buffers.
 // - When .grad is final (allreduce jobs): when backward() returns. The gradient hooks start
 //   each bucket's exchange during backward (overlap), and an autograd final callback
 //   waits for all of them, so after `loss.backward()` every parameter's .grad holds the
@@ -40,11 +41,32 @@
 // - Checks at every step: a parameter whose dtype, device or layout changed, or whose
 //   gradient hook is gone (Module::to() replaced its data), and a gradient that is not
 //   dense float32, fail naming the parameter, before this rank issues a collective.
-// - A failed step: when the exchange fails on one rank (a gradient that cannot be
-//   exchanged, a backward that threw halfway: that rank ends the abandoned exchange at
-//   its next call, zero_grad() or backward), every rank throws an Error naming that rank
-//   and the cause, from backward(), synchronize() or step(); zero_grad() and the next
-//   batch go on normally. A failed collective (a rank gone) throws on every rank.
+// - A failed step. Every rank throws an Error naming the failing rank and the cause, from
+//   backward(), synchronize() or step(), in the same step and without waiting out the
+//   timeout, when on one rank:
+//     * a gradient cannot be exchanged (not dense float32), or the codec refuses it (int8
+//       and the other quantizers refuse non-finite values: a diverged rank): that rank
+//       still takes part in every collective of the step, with zeros, and says so in the
+//       step's status;
+//     * backward threw after some gradients were final: that rank ends the abandoned
+//       exchange at its next call (zero_grad(), backward, step());
+//     * backward threw before any gradient was final (a hook on the loss or the logits),
+//       so that this rank opened no exchange, and the program went on with zero_grad()
+//       and the next batch: the exchange that rank's next backward pairs with fails on
+//       every rank, naming each rank's count of zero_grad(), step() and exchanges since
+//       the last failure ("the ranks are out of step"), instead of averaging gradients of
+//       different steps. A rank that goes on without calling zero_grad() or step() cannot
+//       be told from one that never ran the failed batch: call zero_grad() (as a loop
+//       that drops a batch does anyway).
+//   After a failed step .grad holds no aggregate: backward() (at its first gradient) and
+//   step() refuse, on every rank, until zero_grad(); then the next batch goes on normally
+//   and the ranks are in step again. A failed collective (a rank gone, a broken link)
+//   throws on every rank whose collective fails; a rank that waits for its turn on the
+//   communicator waits as long as the turn's holder makes progress and fails after the
+//   timeout (GRADWIRE_TIMEOUT) without progress, and the communicator serves later calls.
+// - Under momentum correction (below) a step has one exchange: a second backward before
+//   step() outside no_sync() is refused (ConfigError, on every rank, before any
+//   collective), since its input would hold the first exchange's averaged velocity.
 // - synchronize() is the exchange alone, for programs that set .grad without backward or
 //   backward inside no_sync(); it does nothing when backward already exchanged.
 // - Buffers: with broadcast_buffers (the default, as DDP's), rank 0's buffers are copied to
@@ -160,13 +182,24 @@ struct GossipReport {
 // parameters at the round's start minus the current ones) through the codec
 // (DistributedOptions::compressor: none, fp16, bf16, int8 or int4; the 4-bit codes go by a
 // reduce-scatter and an allgather of payloads) and every rank applies the same outer step,
-// SGD with Nesterov momentum. Buffers follow rank 0 once every fragment has synchronized.
+// SGD with Nesterov momentum. Buffers follow rank 0 once every fragment has synchronized:
+// rank 0's, as they were when the round's last fragment was sent, travel in that
+// fragment's exchange and replace every rank's when it lands (so no broadcast of step()
+// waits for an exchange in flight).
 // With fragments > 1 the model is cut by layer into that many parts, synchronized in turn
 // at evenly spaced inner steps of the round; with delay > 0 each part's exchange runs while
 // `delay` more inner steps go on, and the merge keeps what those steps did locally (the
 // next round carries it to the others). Between synchronizations the ranks' models differ:
 // call DistributedOptimizer::finish() after the last step, which averages what every part
-// did since its last synchronization, and every rank holds the same model.
+// did since its last synchronization, and every rank holds the same model (through the
+// codec: exact with none, a quantized mean with int8 or int4, within its error).
+// Failures: an exchange that fails (a collective, or the codec refusing a rank's outer
+// gradient: int8 and int4 on non-finite values; with none or fp16 a non-finite mean) fails
+// that step() on every rank, naming the rank where the codec refused it, and is not merged;
+// every later step() and finish() throws the same error (the ranks' models are no longer
+// kept together: restart from a checkpoint). The model may be loaded (torch::load) or its
+// parameters given new storage of the same shape between steps: each step takes the
+// parameters where they are; a parameter of another size is named at the next step.
 struct DiLoCoOptions {
   // H. 0: auto, which times the first steps and picks the smallest H whose exchanges hide
   // under the inner steps (fragments > 1 or delay > 0: it then sets the delay too), or,
@@ -189,7 +222,11 @@ struct DiLoCoSummary {
   uint64_t exchanges = 0;       // fragment exchanges merged
   uint64_t outer_steps = 0;     // rounds: exchanges / fragments
   uint64_t bytes_on_wire = 0;   // this rank's sends, every exchange and finish() included
-  uint64_t last_sync_step = 0;  // when the models were last all equal
+  // The inner step at which a round's last fragment last landed (or finish() ran). The
+  // ranks' models are all equal there only with fragments = 1 and delay 0, and after
+  // finish(); with fragments or a delay each part differs by what the ranks did since it
+  // landed.
+  uint64_t last_sync_step = 0;
 };
 
 struct DistributedOptions {
@@ -325,6 +362,8 @@ class DistributedOptimizer {
   // exchanges nothing (DDP's no_sync()); the first backward after it exchanges the
   // accumulated gradients:
   //   { auto guard = optimizer.no_sync(); loss1.backward(); }  loss2.backward(); step();
+  // A guard that outlives its optimizer is harmless (it holds a share of the scope count,
+  // not the optimizer).
   class NoSync {
    public:
     NoSync(NoSync&& other) noexcept;
@@ -335,8 +374,8 @@ class DistributedOptimizer {
 
    private:
     friend class DistributedOptimizer;
-    explicit NoSync(DistributedOptimizer::Impl* impl);
-    DistributedOptimizer::Impl* impl_;
+    explicit NoSync(std::shared_ptr<int> depth);
+    std::shared_ptr<int> depth_;  // the optimizer's no_sync() scope count
   };
   [[nodiscard]] NoSync no_sync();
 

@@ -11,7 +11,9 @@
 // every pass) each pass after the first moves to the next epoch's permutation; set_epoch(e)
 // picks the permutation of the next pass explicitly. load() restores a saved epoch and
 // position, and the first reset() after it (the DataLoader's) starts there: a mid-epoch
-// resume goes on where the saved job was.
+// resume goes on where the saved job was, also when the loop calls set_epoch() with the
+// restored epoch first (PyTorch's idiom: set_epoch(epoch) at every epoch's start); a
+// set_epoch() to another epoch drops the resume position.
 #pragma once
 
 #include <cstdint>

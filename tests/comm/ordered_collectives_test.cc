@@ -59,5 +59,43 @@ TEST(OrderedCollectivesTest, ATurnThatNeverComesTimesOutNamingIt) {
   }
 }
 
+// A DiLoCo exchange holds one turn for many operations, each within the timeout, longer
+// than the timeout in all: a caller waiting behind it waits as long as it makes progress.
+TEST(OrderedCollectivesTest, AWaitLastsAsLongAsTheTurnHolderMakesProgress) {
+  auto group = std::make_shared<LocalGroup>(1, 300ms);
+  OrderedCollectives c(std::make_unique<LocalCollectives>(group, 0));
+  const uint64_t turn = c.reserve_turn();
+  std::thread holder([&] {
+    c.begin_turn(turn);
+    for (int i = 0; i < 6; ++i) {  // 6 x 100 ms: twice the timeout
+      std::this_thread::sleep_for(100ms);
+      float v = 1;
+      c.allreduce_sum(&v, 1, DataType::kFloat32);
+    }
+    c.end_turn(turn);
+  });
+  std::this_thread::sleep_for(20ms);  // the holder has its turn
+  float w = 3;
+  EXPECT_NO_THROW(c.allreduce_sum(&w, 1, DataType::kFloat32));
+  EXPECT_EQ(w, 3.0f);
+  holder.join();
+}
+
+// A caller whose wait timed out is skipped once the turns before it end: the communicator
+// serves later callers instead of timing out every one of them for good.
+TEST(OrderedCollectivesTest, ATimedOutTurnDoesNotWedgeTheCommunicator) {
+  auto group = std::make_shared<LocalGroup>(1, 200ms);
+  OrderedCollectives c(std::make_unique<LocalCollectives>(group, 0));
+  const uint64_t stuck = c.reserve_turn();  // held elsewhere, ends late
+  float v = 1;
+  EXPECT_THROW(c.allreduce_sum(&v, 1, DataType::kFloat32), TimeoutError);
+  c.begin_turn(stuck);
+  c.end_turn(stuck);
+  const auto begin = std::chrono::steady_clock::now();
+  EXPECT_NO_THROW(c.allreduce_sum(&v, 1, DataType::kFloat32));
+  EXPECT_LT(std::chrono::steady_clock::now() - begin, 150ms);
+  EXPECT_NO_THROW(c.barrier());
+}
+
 }  // namespace
 }  // namespace gradwire::comm

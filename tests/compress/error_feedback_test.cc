@@ -239,5 +239,57 @@ TEST(ErrorFeedback, DecodeDelegates) {
   EXPECT_EQ(testing::decode(*sender, payload, 6), testing::decode(*receiver, payload, 6));
 }
 
+// A codec that refuses a non-finite gradient (int8, qsgd, signsgd and the other
+// quantizers) leaves its error feedback as it was: the next finite gradient encodes exactly
+// as if the refused one had not come. Before, the refused gradient stayed in the residual
+// (NaN for good) and every later step of that tensor was refused too.
+TEST(ErrorFeedback, ARefusedNonFiniteGradientLeavesTheStateAsItWas) {
+  const size_t n = 1000;
+  auto nan_gradient = random_vector(n, 7, 0.3f);
+  nan_gradient[17] = std::nanf("");
+  nan_gradient[400] = INFINITY;
+  for (const char* spec : {"int8:ef=1", "qsgd:levels=15,bucket=128,ef=1", "signsgd",
+                           "topk:density=0.1,momentum=0.9", "terngrad:ef=1"}) {
+    SCOPED_TRACE(spec);
+    auto refused = create_codec(spec, tensor_of(n));
+    auto clean = create_codec(spec, tensor_of(n));
+    const auto g1 = random_vector(n, 1, 0.3f), g3 = random_vector(n, 3, 0.3f);
+    Bytes a, b;
+    refused->encode(g1, a);
+    clean->encode(g1, b);
+    Bytes ignored;
+    bool threw = false;
+    try {
+      refused->encode(nan_gradient, ignored);
+    } catch (const Error&) {
+      threw = true;
+    }
+    if (!threw) continue;  // this codec takes non-finite values (top-k sends them)
+    a.clear();
+    b.clear();
+    refused->encode(g3, a);
+    clean->encode(g3, b);
+    // The coordinates the refused gradient made non-finite lose their residual (set to 0);
+    // every other one is back to what it was, within a rounding of r + g - g.
+    std::vector<float> da(n, 0.0f), db(n, 0.0f);
+    refused->decode_add(a, da);
+    clean->decode_add(b, db);
+    const auto ra = as_ef(*refused).residual(), rb = as_ef(*clean).residual();
+    for (size_t i = 0; i < n; ++i) {
+      ASSERT_TRUE(std::isfinite(ra[i])) << i;
+      if (i == 17 || i == 400) continue;
+      EXPECT_NEAR(da[i] + ra[i], db[i] + rb[i], 1e-5) << i;
+    }
+  }
+  // The shared-scale face (int8 in allreduce) the same way.
+  auto refused = create_codec("int8:ef=1", tensor_of(n));
+  auto* face = refused->shared_scale();
+  ASSERT_NE(face, nullptr);
+  std::vector<float> maxima(face->blocks());
+  EXPECT_THROW(face->local_maxima(nan_gradient, maxima), Error);
+  const auto residual = as_ef(*refused).residual();
+  for (size_t i = 0; i < n; ++i) EXPECT_EQ(residual[i], 0.0f) << i;  // as before the step
+}
+
 }  // namespace
 }  // namespace gradwire::compress

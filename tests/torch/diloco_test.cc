@@ -5,7 +5,10 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
+#include <atomic>
 #include <cstdio>
+#include <mutex>
+#include <thread>
 
 #include "../common/command_runner.h"
 #include "gradwire/distributed_optimizer.h"
@@ -158,6 +161,70 @@ TEST(DiLoCoOptimizer, BuffersFollowRankZeroWhenTheModelsMeet) {
     const auto sums = mean_of_ranks();
     EXPECT_EQ(sums[0], sums[1]);
   });
+}
+
+// Records the thread of every broadcast once armed.
+class BroadcastThreads : public ForwardingCollectives {
+ public:
+  using ForwardingCollectives::ForwardingCollectives;
+  void arm() { armed_ = true; }
+  void broadcast(void* data, size_t bytes, int root) override {
+    if (armed_) {
+      std::lock_guard<std::mutex> lock(mutex_);
+      threads_.push_back(std::this_thread::get_id());
+    }
+    ForwardingCollectives::broadcast(data, bytes, root);
+  }
+  std::vector<std::thread::id> threads() {
+    std::lock_guard<std::mutex> lock(mutex_);
+    return threads_;
+  }
+
+ private:
+  std::atomic<bool> armed_{false};
+  std::mutex mutex_;
+  std::vector<std::thread::id> threads_;
+};
+
+// With the delay at its largest (H / F, what --inner-steps auto sets), the round's last
+// fragment lands at the step that sends the next round's first: a buffer broadcast issued by
+// step() then waited for that whole exchange, one exposed exchange per round for any model
+// with buffers. The buffers now travel inside the round's exchange, on the exchange thread:
+// the program's thread issues no broadcast while training, and the buffers still follow
+// rank 0 (equal on every rank once the round has landed).
+TEST(DiLoCoOptimizer, BuffersTravelInTheRoundsExchangeNotInStep) {
+  const Problem problem;
+  std::vector<std::vector<std::thread::id>> broadcasts(kWorld);
+  std::vector<std::thread::id> program(kWorld);
+  std::vector<std::vector<double>> after_landing(kWorld);
+  testing::run_gloo_ranks(kWorld, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
+    auto recording = std::make_unique<BroadcastThreads>(std::move(c));
+    BroadcastThreads* record = recording.get();
+    std::unique_ptr<comm::Collectives> wrapped = std::move(recording);
+    torch::manual_seed(1);
+    BatchNormNet net;
+    auto context = context_for(rank, kWorld, wrapped);
+    DistributedOptimizer opt(context, AdamW(net.parameters(), AdamWOptions(0.01)), net,
+                             diloco(4, 2, 2));
+    record->arm();
+    program[rank] = std::this_thread::get_id();
+    for (int s = 0; s < 8; ++s) {
+      opt.zero_grad();
+      torch::nn::functional::cross_entropy(net.forward(batch_x(problem, s, rank)),
+                                           batch_y(problem, s, rank))
+          .backward();
+      opt.step();
+      // Fragment 1 is sent at the fourth step and lands at the sixth (s = 5).
+      if (s == 5) after_landing[rank] = context->allgather(net.bn->running_mean.sum().item<double>());
+    }
+    broadcasts[rank] = record->threads();
+  });
+  for (int r = 0; r < kWorld; ++r) {
+    EXPECT_FALSE(broadcasts[r].empty()) << "rank " << r;  // the buffers did travel
+    for (const auto& id : broadcasts[r]) EXPECT_NE(id, program[r]) << "rank " << r;
+    ASSERT_EQ(after_landing[r].size(), 2u);
+    EXPECT_EQ(after_landing[r][0], after_landing[r][1]);
+  }
 }
 
 // A job checkpointed while a fragment's exchange is in flight (int4, its residuals) and

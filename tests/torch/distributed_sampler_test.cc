@@ -79,6 +79,28 @@ TEST(DistributedSamplerTest, AMidEpochResumeGoesOnWhereTheSavedJobWas) {
   reference.set_epoch(3);
   EXPECT_EQ(resumed.indices(), reference.indices());
   EXPECT_EQ(resumed.next(100)->size(), reference.indices().size());
+
+  // PyTorch's loop calls set_epoch(epoch) at each epoch's start, the restored one too: the
+  // resume position stays; a set_epoch() to another epoch starts that one from its start.
+  DistributedSampler again(50, 1, 2, 3);
+  torch::serialize::InputArchive in2;
+  std::stringstream copy(bytes.str());
+  in2.load_from(copy);
+  again.load(in2);
+  again.set_epoch(2);
+  again.reset();
+  drawn.clear();
+  while (auto batch = again.next(10)) drawn.insert(drawn.end(), batch->begin(), batch->end());
+  EXPECT_EQ(drawn, rest);
+  DistributedSampler other(50, 1, 2, 3);
+  std::stringstream copy2(bytes.str());
+  torch::serialize::InputArchive in3;
+  in3.load_from(copy2);
+  other.load(in3);
+  other.set_epoch(5);
+  other.reset();
+  reference.set_epoch(5);
+  EXPECT_EQ(other.next(100)->size(), reference.indices().size());
 }
 
 }  // namespace

@@ -12,13 +12,19 @@
 // backward and step, reach the wire in the same order on every rank.
 //
 // A call made inside a turn (the exchange thread running its bucket) passes straight
-// through. A turn that is not reached within the communicator's timeout throws
-// TimeoutError naming the turn it waited for.
+// through. A turn waits as long as the communicator makes progress (a turn ends, or an
+// operation inside a turn completes: a DiLoCo exchange of many operations may hold its turn
+// longer than the timeout in all); one that sees no progress for the communicator's
+// timeout throws TimeoutError naming the turn it waited for, and is abandoned: when the
+// turns before it end, it is skipped, so the communicator serves the later callers (the
+// rank has then issued one collective fewer than its peers, and its caller has the error).
 #pragma once
 
+#include <chrono>
 #include <condition_variable>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "gradwire/comm/collectives.h"
 
@@ -49,12 +55,18 @@ class OrderedCollectives : public Collectives {
  private:
   // The turn of a call from outside any turn: reserved, begun and ended around it.
   class CallTurn;
+  // An operation completed: the turn holder is alive (turns waiting measure from here).
+  void note_progress();
+  // Advances serving_ past the abandoned turns it reached. Holds mutex_.
+  void skip_abandoned();
 
   std::unique_ptr<Collectives> inner_;
   std::mutex mutex_;
   std::condition_variable served_;
   uint64_t next_ticket_ = 0;  // the next turn to reserve
   uint64_t serving_ = 0;      // the turn that may issue now
+  std::set<uint64_t> abandoned_;  // turns whose wait timed out: skipped when reached
+  std::chrono::steady_clock::time_point progress_at_ = std::chrono::steady_clock::now();
 };
 
 }  // namespace gradwire::comm

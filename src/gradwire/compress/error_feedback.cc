@@ -1,5 +1,7 @@
 #include "gradwire/compress/error_feedback.h"
 
+#include <cmath>
+
 #include "gradwire/compress/codecs.h"
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
@@ -136,18 +138,47 @@ void ErrorFeedback::accumulate(std::span<const float> gradient) {
   }
 }
 
+void ErrorFeedback::undo_accumulate(std::span<const float> g) {
+  if (g.size() != residual_.size()) return;  // refused before any state was touched
+  const auto finite = [](float v) { return std::isfinite(v); };
+  if (momentum_ > 0.0f) {
+    for (size_t i = 0; i < g.size(); ++i) {
+      const float u = velocity_[i];
+      const float r = residual_[i] - u, u0 = (u - g[i]) / momentum_;
+      const bool ok = finite(g[i]) && finite(r) && finite(u0);
+      residual_[i] = ok ? r : 0.0f;
+      velocity_[i] = ok ? u0 : 0.0f;
+    }
+  } else {
+    for (size_t i = 0; i < g.size(); ++i) {
+      const float r = residual_[i] - g[i];
+      residual_[i] = finite(g[i]) && finite(r) ? r : 0.0f;
+    }
+  }
+}
+
+template <typename Encode>
+void ErrorFeedback::undo_on_throw(std::span<const float> gradient, Encode&& encode) {
+  try {
+    encode();
+  } catch (...) {
+    undo_accumulate(gradient);
+    throw;
+  }
+}
+
 void ErrorFeedback::encode(std::span<const float> gradient, Bytes& out) {
   if (fused_ && momentum_ == 0.0f) {
     // a = g + r and r <- a - D(C(a)), the add folded into the codec's first pass.
     reserve(gradient.size());
-    fused_->add_encode_residual(gradient, residual_, out);
+    undo_on_throw(gradient, [&] { fused_->add_encode_residual(gradient, residual_, out); });
     return;
   }
   accumulate(gradient);
   const bool mask = momentum_ > 0.0f && mask_momentum_;
   if (mask) before_.assign(residual_.begin(), residual_.end());
   // r <- a - D(C(a))
-  inner_->encode_residual(residual_, out);
+  undo_on_throw(gradient, [&] { inner_->encode_residual(residual_, out); });
   // Momentum factor masking: coordinates that were sent restart their momentum.
   if (mask) mask_kernel(before_.data(), residual_.data(), velocity_.data(), residual_.size());
 }
@@ -161,7 +192,7 @@ void ErrorFeedback::to_wire(std::span<const float> gradient, float scale, void* 
   check_residual_scale(scale, id());
   accumulate(gradient);
   // wire = scale * a; r <- a - from_wire(wire) / scale
-  inner_->to_wire_residual(residual_, scale, wire);
+  undo_on_throw(gradient, [&] { inner_->to_wire_residual(residual_, scale, wire); });
 }
 
 void ErrorFeedback::from_wire(const void* wire, std::span<float> out) const {
@@ -180,7 +211,7 @@ size_t ErrorFeedback::blocks() const { return inner_face_ ? inner_face_->blocks(
 void ErrorFeedback::local_maxima(std::span<const float> gradient, std::span<float> maxima) {
   if (!inner_face_) throw Error("codec '" + spec_ + "' has no shared-scale face");
   accumulate(gradient);  // a = g + r, kept in r
-  inner_face_->local_maxima(residual_, maxima);
+  undo_on_throw(gradient, [&] { inner_face_->local_maxima(residual_, maxima); });
 }
 
 void ErrorFeedback::quantize(std::span<const float>, std::span<const float> maxima, int levels,

@@ -88,6 +88,15 @@ class ErrorFeedback final : public Codec, public SharedScaleFace {
  private:
   // r += g (or u = m u + g; r += u), allocating r and u on first use.
   void accumulate(std::span<const float> gradient);
+  // After the inner codec refused its input (non-finite values), which it does after
+  // a = g + r was formed (accumulate(), or the fused add): r, and u with momentum, back to
+  // what they were where that can be recovered (r - u, (u - g) / m), 0 where it cannot (a
+  // coordinate g made non-finite). A refused step so leaves no non-finite state behind:
+  // the next finite gradient encodes as if the refused one had not come.
+  void undo_accumulate(std::span<const float> gradient);
+  // Runs `encode` (which accumulates then may throw), undoing the accumulation on a throw.
+  template <typename Encode>
+  void undo_on_throw(std::span<const float> gradient, Encode&& encode);
   // Allocates r (and u) on first use; throws if `n` differs from their size.
   void reserve(size_t n);
 

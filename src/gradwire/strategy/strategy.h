@@ -12,6 +12,7 @@
 #pragma once
 
 #include <cstdint>
+#include <functional>
 #include <optional>
 #include <span>
 #include <string>
@@ -97,13 +98,34 @@ class Strategy {
   virtual bool exchanges_gradients() const { return true; }
 
   // Carries the caller's `status` words on this strategy's own collectives
-  // (DistributedOptimizer's status: [failed, had-a-gradient per parameter], each 0 or 1):
-  // every synchronize() reads them just before its last collective and leaves in them the
-  // OR over the ranks (1 where any rank had a nonzero word), saving the caller a collective
-  // of its own per step. False when the strategy cannot (then the caller exchanges them).
+  // (DistributedOptimizer's status: [failed, had-a-gradient per parameter, the exchange's
+  // sequence number in bits], each 0 or 1): every synchronize() reads them just before its
+  // last collective and leaves in them the OR over the ranks (1 where any rank had a
+  // nonzero word), saving the caller a collective of its own per step. Word 0 is the
+  // failure flag: the strategy sets it on a rank whose own encoding failed this step (see
+  // take_local_failure()). False when the strategy cannot (then the caller exchanges them).
   // After start(); `status` must stay valid while the strategy lives. Words a strategy
   // carries are not counted in traffic().
   virtual bool carry_status(std::span<float> status) { return false; }
+
+  // Why this rank could not encode its part of the last synchronize() (a codec refused a
+  // gradient: int8 and the other quantizers refuse non-finite values), "" when it could;
+  // cleared by the call. A rank that fails so still issues every collective of the step,
+  // with zeros in place of what it could not encode, so no rank waits for it, and raises
+  // the carried status's failure word: the caller learns of it on every rank in the same
+  // step, and the step's aggregate must not be used.
+  virtual std::string take_local_failure() { return {}; }
+
+  // Tensor `index` has no gradient on this rank in the coming synchronize() (it contributes
+  // zeros): its codec's state (error feedback's residual, the corrected momentum, low-rank
+  // factors) is kept as it is now, and restore_codec_states() puts it back where the ranks
+  // found that no rank had a gradient for it. An exchange whose output is thrown away (the
+  // tensor's .grad stays undefined, the optimizer skips it) then advances no codec state:
+  // the residual is not "sent" into nothing, the velocity does not decay. Between steps.
+  virtual void hold_codec_state(size_t index) {}
+  // After synchronize(): `unused_everywhere[k]` nonzero puts back tensor k's held state;
+  // every held state is then dropped.
+  virtual void restore_codec_states(std::span<const uint8_t> unused_everywhere) {}
 
   // True when synchronize() already updated the parameters (e.g. a parameter server
   // applies the update); the optimizer must not step then.
@@ -111,10 +133,25 @@ class Strategy {
 
   // Called after the optimizer stepped.
   virtual void after_update(const FloatSpans& params) {}
-  // True when the last after_update() (or finish()) left every rank with the same model:
-  // every step for allreduce, when a round's last fragment lands for DiLoCo. The caller
-  // then copies rank 0's buffers to every rank, if it does.
+  // True when the last after_update() (or finish()) ended a synchronization of the whole
+  // model: every step for allreduce (every rank then holds the same model); for DiLoCo when
+  // a round's last fragment lands (the same model on every rank only with one fragment and
+  // no delay; otherwise each part differs by what was done since it landed) and after
+  // finish() (the same model). The caller then copies rank 0's buffers to every rank, if
+  // it does.
   virtual bool just_synchronized() const { return true; }
+  // The caller's state that follows rank 0 whenever the whole model synchronizes
+  // (DistributedOptimizer's buffers: BatchNorm's statistics), for a strategy whose
+  // synchronizations run on an exchange thread of its own (DiLoCo): it broadcasts the state
+  // from rank 0 inside the round's exchange, so the broadcast waits for nothing. `pack`
+  // writes this rank's state (called on every rank, on the caller's thread, when the
+  // round's last part is sent; only rank 0's bytes travel), `unpack` reads rank 0's back
+  // (every rank, the caller's thread, when that part lands). False when the strategy does
+  // not carry it: the caller then broadcasts after a step that just_synchronized().
+  virtual bool carry_broadcast(std::function<void(Bytes&)> pack,
+                               std::function<void(const Bytes&)> unpack) {
+    return false;
+  }
 
   virtual TrafficStats traffic() const = 0;
 
@@ -148,6 +185,11 @@ class Strategy {
   // receives the servers' final model into its parameters and the job's summary.
   // DiLoCo: a collective that leaves every rank with the same model (nullopt).
   virtual std::optional<JobSummary> finish() { return std::nullopt; }
+  // The parameters where they are now, before finish(): a program may have given a
+  // parameter new storage of the same shape since start() (set_() under NoGradGuard, a
+  // checkpoint loaded into it), and a strategy that writes the model in finish() writes
+  // there. The default keeps nothing.
+  virtual void follow_parameters(const FloatSpans& params) {}
 
  protected:
   [[noreturn]] void refuse_checkpoints() const {

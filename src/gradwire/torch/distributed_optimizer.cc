@@ -38,6 +38,9 @@ std::vector<std::string> option_lines(const DistributedOptions& options) {
     return std::string(buffer);
   };
   return {
+      "strategy " + options.strategy,
+      std::string("overlap ") + (options.overlap ? "on" : "off"),
+      std::string("momentum correction ") + (options.momentum_correction ? "on" : "off"),
       "bucket bytes " + std::to_string(options.bucket_bytes),
       "first bucket bytes " + std::to_string(options.first_bucket_bytes),
       std::string("measured buckets ") + (options.measured_buckets ? "on" : "off"),
@@ -128,6 +131,7 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
     tensors.push_back(std::move(info));
     m.params.push_back(p);
     m.names.push_back(name);
+    m.numels.push_back(p.numel());
     param_spans.push_back(float_span(p));
   }
   {
@@ -190,13 +194,22 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
     m.broadcast_from_rank0(/*frozen_too=*/true);
     m.strategy->start(tensors, param_spans);
   }
-  m.status.assign(m.params.size() + 1, 0.0f);
+  m.status.assign(Impl::status_words(m.params.size()), 0.0f);
+  // The strategy's callbacks and the gradient hooks hold the Impl: the strategy dies with
+  // it, and ~Impl removes the hooks, so the raw pointer never dangles.
+  Impl* impl = impl_.get();
+  if (m.broadcast_buffers && !m.buffers.empty() && m.context->world_size() > 1) {
+    // A strategy that synchronizes on its own thread takes the buffers along (DiLoCo: in
+    // the round's last exchange), so their broadcast does not wait for an exchange.
+    m.buffers_carried = m.strategy->carry_broadcast(
+        [impl](Bytes& out) { Impl::pack_tensors(impl->buffers, out); },
+        [impl](const Bytes& in) { Impl::unpack_tensors(in, impl->buffers); });
+  }
   m.status_carried = allreduce && m.context->world_size() > 1 && m.strategy->carry_status(m.status);
   m.correction.apply();  // every check passed: the optimizer changes only now
 
   // Tell the strategy when each gradient is final, so it can exchange it during backward
-  // (as DDP does). The hooks are removed by ~Impl, so the raw pointer never dangles.
-  Impl* impl = impl_.get();
+  // (as DDP does).
   for (size_t i = 0; i < m.params.size(); ++i) {
     auto accumulator = torch::autograd::impl::grad_accumulator(m.params[i]);
     const uintptr_t key =
@@ -212,22 +225,27 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
 
 DistributedOptimizer::~DistributedOptimizer() = default;
 
-DistributedOptimizer::NoSync::NoSync(Impl* impl) : impl_(impl) { ++impl_->no_sync_depth; }
-
-DistributedOptimizer::NoSync::NoSync(NoSync&& other) noexcept
-    : impl_(std::exchange(other.impl_, nullptr)) {}
-
-DistributedOptimizer::NoSync::~NoSync() {
-  if (impl_) --impl_->no_sync_depth;
+DistributedOptimizer::NoSync::NoSync(std::shared_ptr<int> depth) : depth_(std::move(depth)) {
+  ++*depth_;
 }
 
-DistributedOptimizer::NoSync DistributedOptimizer::no_sync() { return NoSync(impl_.get()); }
+DistributedOptimizer::NoSync::NoSync(NoSync&& other) noexcept : depth_(std::move(other.depth_)) {}
+
+DistributedOptimizer::NoSync::~NoSync() {
+  if (depth_) --*depth_;
+}
+
+DistributedOptimizer::NoSync DistributedOptimizer::no_sync() {
+  return NoSync(impl_->no_sync_depth);
+}
 
 void DistributedOptimizer::zero_grad(bool set_to_none) {
   Impl& m = *impl_;
   // A backward that threw left its exchange open: end it now, so that the other ranks,
   // waiting in it, learn that this step was abandoned.
   if (m.exchange_open) m.abandon_open_exchange();
+  ++m.sequence;
+  m.exchanges_this_step = 0;
   m.failed.clear();
   m.exchanged = false;
   m.decayed.assign(m.params.size(), 0);
@@ -268,13 +286,19 @@ void DistributedOptimizer::synchronize() {
     m.exchange_in_step();
     return;
   }
+  m.check_one_exchange_per_step();
   const std::string failure = m.exchange();
   if (!failure.empty()) throw Error(failure);
 }
 
 torch::Tensor DistributedOptimizer::step() {
   Impl& m = *impl_;
+  struct CountStep {  // step() counts in the sequence as it ends, thrown or not
+    Impl& m;
+    ~CountStep() { ++m.sequence; }
+  } count{m};
   synchronize();
+  m.exchanges_this_step = 0;
   m.exchanged = false;
   m.decayed.assign(m.params.size(), 0);
   torch::Tensor result;
@@ -286,7 +310,8 @@ torch::Tensor DistributedOptimizer::step() {
   strategy::FloatSpans params;
   for (auto& p : m.params) params.push_back(float_span(p));
   m.strategy->after_update(params);
-  if (m.broadcast_buffers && !m.buffers.empty() && m.strategy->just_synchronized()) {
+  if (m.broadcast_buffers && !m.buffers.empty() && !m.buffers_carried &&
+      m.strategy->just_synchronized()) {
     TimelineSpan span("broadcast buffers", "communicate");
     m.broadcast_from_rank0(/*frozen_too=*/false);
   }
@@ -427,6 +452,12 @@ std::optional<JobSummary> DistributedOptimizer::finish() {
   }
   torch::NoGradGuard no_grad;
   Impl& m = *impl_;
+  m.check_parameters_unchanged();
+  {
+    strategy::FloatSpans params;
+    for (auto& p : m.params) params.push_back(float_span(p));
+    m.strategy->follow_parameters(params);
+  }
   const auto s = m.strategy->finish();
   if (dynamic_cast<strategy::diloco::DiLoCoStrategy*>(m.strategy.get()) && m.broadcast_buffers &&
       !m.buffers.empty() && m.strategy->just_synchronized()) {

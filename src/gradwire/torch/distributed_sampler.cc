@@ -35,10 +35,12 @@ DistributedSampler::DistributedSampler(size_t dataset_size, int rank, int world_
 }
 
 void DistributedSampler::set_epoch(uint64_t epoch) {
+  // The loop of a resumed job calls set_epoch() with the epoch load() restored before its
+  // first pass: that keeps the resume position; any other epoch starts from its beginning.
+  if (epoch != epoch_) resume_position_ = 0;
   epoch_ = epoch;
   build();
   fresh_ = true;
-  resume_position_ = 0;
 }
 
 void DistributedSampler::build() {
@@ -90,6 +92,7 @@ void DistributedSampler::load(torch::serialize::InputArchive& archive) {
   torch::Tensor epoch, position;
   archive.read("epoch", epoch, /*is_buffer=*/true);
   archive.read("position", position, /*is_buffer=*/true);
+  resume_position_ = 0;
   set_epoch(static_cast<uint64_t>(epoch.item<int64_t>()));
   position_ = static_cast<size_t>(position.item<int64_t>());
   resume_position_ = position_;  // kept by the reset() a DataLoader calls first

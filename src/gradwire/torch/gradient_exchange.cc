@@ -42,6 +42,13 @@ void DistributedOptimizer::Impl::check_parameters_unchanged() const {
                         "; it was float32 on the CPU when DistributedOptimizer was built, and "
                         "only such parameters are exchanged");
     }
+    if (p.numel() != numels[i]) {
+      throw ConfigError("parameter '" + names[i] + "' now has " + std::to_string(p.numel()) +
+                        " elements, " + std::to_string(numels[i]) +
+                        " when DistributedOptimizer was built (its data was replaced by a "
+                        "tensor of another size): build the DistributedOptimizer after "
+                        "changing the model");
+    }
     if (p.requires_grad() &&
         torch::autograd::impl::try_get_grad_accumulator(p) != hooks[i].accumulator) {
       throw ConfigError("parameter '" + names[i] +
@@ -64,6 +71,17 @@ void DistributedOptimizer::Impl::check_parameters_unchanged() const {
   }
 }
 
+void DistributedOptimizer::Impl::check_one_exchange_per_step() const {
+  if (exchanges_this_step == 0 || !correction.active()) return;
+  throw ConfigError(
+      "a second gradient exchange before step() under momentum correction (codec '" +
+      codec_spec +
+      "'): the codec keeps the SGD momentum, and the second exchange's input would hold the "
+      "first's averaged velocity, counting momentum twice. Accumulate the step's backward "
+      "passes inside no_sync() (all but the last), or set "
+      "DistributedOptions::momentum_correction = false");
+}
+
 void DistributedOptimizer::Impl::add_weight_decay(size_t i, torch::Tensor& grad) {
   if (weight_decay[i] == 0 || decayed[i]) return;
   grad.add_(params[i], weight_decay[i]);
@@ -71,20 +89,26 @@ void DistributedOptimizer::Impl::add_weight_decay(size_t i, torch::Tensor& grad)
 }
 
 void DistributedOptimizer::Impl::open_exchange() {
+  // After a failed exchange .grad holds no aggregate (and perhaps part of a backward): the
+  // next backward would exchange a mixture. Every rank knows of the failure (it was
+  // agreed), so every rank refuses here, before any collective.
+  if (!failed.empty()) {
+    throw Error(failed + " (this backward was refused: call zero_grad() first)");
+  }
+  check_one_exchange_per_step();
   check_parameters_unchanged();  // before this rank reports anything
   const size_t n = params.size();
   hooked.assign(n, 0);
   reported.assign(n, 0);
   exchange_grads.assign(n, torch::Tensor());
   local_failure.clear();
-  failed.clear();
   exchange_open = true;
   torch::autograd::Engine::get_default_engine().queue_callback([this] { on_backward_end(); });
 }
 
 void DistributedOptimizer::Impl::on_gradient(size_t i) {
   exchanged = false;
-  if (!exchange_in_backward || no_sync_depth > 0) return;
+  if (!exchange_in_backward || *no_sync_depth > 0) return;
   // A hook that already ran in the open exchange: the backward that opened it threw
   // before its final callback, and this is the next one.
   if (exchange_open && hooked[i]) abandon_open_exchange();
@@ -143,11 +167,25 @@ std::string DistributedOptimizer::Impl::exchange() {
     }
     spans[i] = float_span(exchange_grads[i]);
   }
-  // The status: did this rank fail, and which parameters had a gradient here. The
-  // strategy carries it on its last collective where it can (status_carried).
+  // The status: did this rank fail, which parameters had a gradient here, and the
+  // sequence number this rank is at. The strategy carries it on its last collective where
+  // it can (status_carried), and raises the failure word itself if its encoding fails.
+  const uint64_t my_sequence = sequence++;
+  ++exchanges_this_step;
   std::fill(status.begin(), status.end(), 0.0f);
   status[0] = local_failure.empty() ? 0.0f : 1.0f;
   for (size_t i = 0; i < n; ++i) status[i + 1] = used[i];
+  float* sequence_words = status.data() + n + 1;
+  for (int b = 0; b < kSequenceBits; ++b) {
+    const bool bit = (my_sequence >> b) & 1;
+    sequence_words[2 * b] = bit ? 1.0f : 0.0f;
+    sequence_words[2 * b + 1] = bit ? 0.0f : 1.0f;
+  }
+  // Parameters without a gradient here: their codecs' states are put back if no rank had
+  // one (the aggregate is then thrown away).
+  for (size_t i = 0; i < n; ++i) {
+    if (!used[i]) strategy->hold_codec_state(i);
+  }
   try {
     strategy->synchronize(spans);  // a failed collective throws on every rank
   } catch (const std::exception& e) {
@@ -155,7 +193,14 @@ std::string DistributedOptimizer::Impl::exchange() {
              ". No rank's .grad holds the aggregate";
     exchange_grads.assign(n, torch::Tensor());
     local_failure.clear();
+    strategy->restore_codec_states({});  // drops what was held
     throw;
+  }
+  // A codec that refused this rank's gradient (int8 on non-finite values): the strategy
+  // still issued every collective, and this rank's status says it failed.
+  if (std::string refused = strategy->take_local_failure(); !refused.empty()) {
+    if (local_failure.empty()) local_failure = std::move(refused);
+    status[0] = 1.0f;
   }
 
   // The status over all ranks: any failure, and which parameters got a gradient somewhere.
@@ -163,27 +208,59 @@ std::string DistributedOptimizer::Impl::exchange() {
     TimelineSpan span("exchange status", "communicate");
     context->collectives().allreduce_max(status.data(), status.size());
   }
-  const bool any_failed = status[0] > 0;
-  std::vector<uint8_t> used_anywhere(n);
-  for (size_t i = 0; i < n; ++i) used_anywhere[i] = status[i + 1] > 0;
+  bool out_of_step = false;
+  for (int b = 0; b < kSequenceBits; ++b) {
+    out_of_step = out_of_step || (sequence_words[2 * b] > 0 && sequence_words[2 * b + 1] > 0);
+  }
+  const bool any_failed = status[0] > 0 || out_of_step;
+  std::vector<uint8_t> used_anywhere(n), unused_everywhere(n);
+  for (size_t i = 0; i < n; ++i) {
+    used_anywhere[i] = status[i + 1] > 0;
+    unused_everywhere[i] = !used_anywhere[i];
+  }
+  strategy->restore_codec_states(unused_everywhere);
   std::string failure;
   if (any_failed) {
-    // Every rank learns every cause (an allgather only when some rank failed).
-    std::vector<Bytes> causes{Bytes(local_failure.begin(), local_failure.end())};
+    // Every rank learns every cause and sequence number (an allgather only when some rank
+    // failed): u64 sequence, then the cause.
+    Bytes mine(sizeof my_sequence);
+    std::memcpy(mine.data(), &my_sequence, sizeof my_sequence);
+    mine.insert(mine.end(), local_failure.begin(), local_failure.end());
+    std::vector<Bytes> all{mine};
     if (context->world_size() > 1) {
-      causes = context->collectives().allgather_bytes(
-          std::span<const uint8_t>(causes[0].data(), causes[0].size()));
+      all = context->collectives().allgather_bytes(std::span<const uint8_t>(mine.data(), mine.size()));
     }
-    failure = "the gradient exchange failed on";
-    const char* separator = " rank ";
+    std::vector<uint64_t> sequences(all.size(), 0);
+    std::vector<std::string> causes(all.size());
+    for (size_t r = 0; r < all.size(); ++r) {
+      if (all[r].size() < sizeof(uint64_t)) throw PayloadError("a malformed exchange status");
+      std::memcpy(&sequences[r], all[r].data(), sizeof(uint64_t));
+      causes[r].assign(all[r].begin() + sizeof(uint64_t), all[r].end());
+    }
+    failure = "the gradient exchange failed";
+    const char* separator = " on rank ";
     for (size_t r = 0; r < causes.size(); ++r) {
       if (causes[r].empty()) continue;
-      failure +=
-          separator + std::to_string(r) + ": " + std::string(causes[r].begin(), causes[r].end());
+      failure += separator + std::to_string(r) + ": " + causes[r];
       separator = "; rank ";
+    }
+    if (out_of_step) {
+      failure += std::string(separator == std::string(" on rank ") ? ": " : "; ") +
+                 "the ranks are out of step (the number of zero_grad(), step() and exchanges "
+                 "each has made since the last failure:";
+      for (size_t r = 0; r < sequences.size(); ++r) {
+        failure += (r ? ", rank " : " rank ") + std::to_string(r) + " " +
+                   std::to_string(sequences[r]);
+      }
+      failure +=
+          "): a rank with a higher number skipped an exchange that the others made (its "
+          "backward threw before any gradient was final, and the program went on), so this "
+          "exchange paired gradients of different steps";
     }
     failure += ". No rank's .grad holds the aggregate: zero_grad() and go on with the next batch";
     failed = failure;
+    // Every rank starts counting anew from here: the ranks are in step again.
+    sequence = 0;
   } else {
     for (size_t i = 0; i < n; ++i) {
       if (used_anywhere[i] && !used[i]) params[i].mutable_grad() = exchange_grads[i];
@@ -222,30 +299,41 @@ void DistributedOptimizer::Impl::exchange_in_step() {
   exchanged = true;
 }
 
+void DistributedOptimizer::Impl::pack_tensors(const std::vector<torch::Tensor>& tensors,
+                                             Bytes& out) {
+  size_t total = 0;
+  for (const auto& t : tensors) total += t.nbytes();
+  out.resize(total);
+  size_t offset = 0;
+  for (const auto& t : tensors) {
+    std::memcpy(out.data() + offset, t.data_ptr(), t.nbytes());
+    offset += t.nbytes();
+  }
+}
+
+void DistributedOptimizer::Impl::unpack_tensors(const Bytes& in,
+                                               const std::vector<torch::Tensor>& tensors) {
+  size_t total = 0;
+  for (const auto& t : tensors) total += t.nbytes();
+  if (in.size() != total) {
+    throw Error("rank 0's buffers came as " + std::to_string(in.size()) + " bytes, " +
+                std::to_string(total) + " expected");
+  }
+  size_t offset = 0;
+  for (const auto& t : tensors) {
+    std::memcpy(t.data_ptr(), in.data() + offset, t.nbytes());
+    offset += t.nbytes();
+  }
+}
+
 void DistributedOptimizer::Impl::broadcast_from_rank0(bool frozen_too) {
   if (context->world_size() == 1) return;
   std::vector<torch::Tensor> tensors = buffers;
   if (frozen_too) tensors.insert(tensors.end(), frozen.begin(), frozen.end());
   if (tensors.empty()) return;
-  size_t total = 0;
-  for (const auto& t : tensors) total += t.nbytes();
-  staging.resize(total);
-  const bool root = context->rank() == 0;
-  if (root) {
-    size_t offset = 0;
-    for (const auto& t : tensors) {
-      std::memcpy(staging.data() + offset, t.data_ptr(), t.nbytes());
-      offset += t.nbytes();
-    }
-  }
-  context->collectives().broadcast(staging.data(), total, 0);
-  if (!root) {
-    size_t offset = 0;
-    for (auto& t : tensors) {
-      std::memcpy(t.data_ptr(), staging.data() + offset, t.nbytes());
-      offset += t.nbytes();
-    }
-  }
+  pack_tensors(tensors, staging);  // every rank sizes it; rank 0's bytes travel
+  context->collectives().broadcast(staging.data(), staging.size(), 0);
+  if (context->rank() != 0) unpack_tensors(staging, tensors);
 }
 
 }  // namespace gradwire

@@ -39,6 +39,7 @@ struct DistributedOptimizer::Impl {
   // Exchanged parameters, each tensor once (a tied weight under its first name).
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
+  std::vector<int64_t> numels;  // per parameter, at construction
   std::vector<double> weight_decay;  // per parameter, under momentum correction
   // Frozen at construction: kept equal (taken from rank 0, checkpointed), never exchanged.
   std::vector<torch::Tensor> frozen;
@@ -47,6 +48,9 @@ struct DistributedOptimizer::Impl {
   std::vector<torch::Tensor> buffers;
   Bytes staging;  // rank 0's buffers (and frozen parameters) for one broadcast
   bool broadcast_buffers = true;
+  // The strategy broadcasts the buffers inside its own synchronizations (DiLoCo's round
+  // exchange: Strategy::carry_broadcast), so step() does not.
+  bool buffers_carried = false;
   std::unique_ptr<strategy::Strategy> strategy;
   std::string codec_spec;
   MomentumCorrection correction;
@@ -64,7 +68,8 @@ struct DistributedOptimizer::Impl {
   // the thread that calls backward() and step().
   // Allreduce jobs: the exchange completes at the end of every backward (outside no_sync).
   bool exchange_in_backward = true;
-  int no_sync_depth = 0;
+  // Open no_sync() scopes; shared with their guards, which may outlive the optimizer.
+  std::shared_ptr<int> no_sync_depth = std::make_shared<int>(0);
   // A backward opened an exchange and its final callback has not run yet: while it runs,
   // or after it threw (the exchange is then abandoned at the next call, see below).
   bool exchange_open = false;
@@ -77,17 +82,37 @@ struct DistributedOptimizer::Impl {
   std::vector<uint8_t> decayed;  // per parameter: weight decay added since the last step
   // .grad holds the aggregate and no gradient was produced since: step() exchanges nothing.
   bool exchanged = false;
+  // Exchanges since the last step() or zero_grad(): under momentum correction a second one
+  // is refused (its input would hold the first's averaged velocity, fed into the velocity
+  // again: momentum counted twice).
+  int exchanges_this_step = 0;
+  // Throws ConfigError, on every rank alike and before any collective, when this exchange
+  // would be the step's second under momentum correction.
+  void check_one_exchange_per_step() const;
   // The last exchange failed on some rank (the message): .grad is not the aggregate, and
   // step() refuses until zero_grad().
   std::string failed;
-  // [failed, had-a-gradient per parameter]: sized once at construction (the strategy may
-  // hold a span of it), OR-reduced over the ranks at every exchange, by the strategy's
-  // last collective when it carries it (status_carried), else by a collective of its own.
+  // [failed, had-a-gradient per parameter, the sequence number's kSequenceBits low bits as
+  // pairs (bit set, bit clear)]: sized once at construction (the strategy may hold a span
+  // of it), OR-reduced over the ranks at every exchange, by the strategy's last collective
+  // when it carries it (status_carried), else by a collective of its own. A pair with both
+  // words set after the OR: the ranks reached this exchange at different sequence numbers.
   std::vector<float> status;
+  static constexpr int kSequenceBits = 16;
+  // The calls of this rank's loop since construction (or since the last failed exchange,
+  // which resets it on every rank): each zero_grad(), step() and exchange, counted as it
+  // ends. Ranks that run the same loop reach every exchange at the same number; a rank that
+  // skipped one (a backward that threw before any gradient was final, so that no exchange
+  // opened, then zero_grad() and the next batch) arrives at a higher one, and the exchange
+  // it pairs with fails on every rank naming both numbers instead of averaging gradients
+  // of different steps.
+  uint64_t sequence = 0;
   bool status_carried = false;
   strategy::FloatSpans spans;  // the exchange's gradients, as the strategy sees them
 
   ~Impl();
+  // The status's size for n exchanged parameters.
+  static size_t status_words(size_t n) { return n + 1 + 2 * kSequenceBits; }
   // What checkpoints hold besides the exchanged parameters: the buffers, then the frozen
   // parameters.
   std::vector<torch::Tensor> state_tensors() const {
@@ -122,6 +147,9 @@ struct DistributedOptimizer::Impl {
   // Rank 0's buffers (and, with `frozen_too`, frozen parameters) to every rank, in one
   // broadcast.
   void broadcast_from_rank0(bool frozen_too);
+  // The tensors' bytes, one after the other; and back (Error if the sizes differ).
+  static void pack_tensors(const std::vector<torch::Tensor>& tensors, Bytes& out);
+  static void unpack_tensors(const Bytes& in, const std::vector<torch::Tensor>& tensors);
 };
 
 }  // namespace gradwire

@@ -228,6 +228,17 @@ std::vector<CodecDecision> AdaptiveStrategy::take_decisions() {
   return out;
 }
 
+void AdaptiveStrategy::hold_codec_state(size_t index) {
+  if (plans_.empty()) throw Error("AdaptiveStrategy::hold_codec_state called before start");
+  held_plan_ = active_;
+  plans_[active_]->hold_codec_state(index);
+}
+
+void AdaptiveStrategy::restore_codec_states(std::span<const uint8_t> unused_everywhere) {
+  if (plans_.empty()) return;
+  plans_[held_plan_]->restore_codec_states(unused_everywhere);
+}
+
 void AdaptiveStrategy::synchronize(const FloatSpans& grads) {
   if (plans_.empty()) throw Error("AdaptiveStrategy::synchronize called before start");
   // fit's input: during a trial (not a plan's warm-up step), when every gradient came
@@ -251,6 +262,7 @@ void AdaptiveStrategy::synchronize(const FloatSpans& grads) {
   for (double sq : grad_sq_) local_sq += sq;
   const bool on_proposal = plans_[active_]->next_step_on_proposal();
   plans_[active_]->synchronize(grads);
+  local_failure_ = plans_[active_]->take_local_failure();
   const auto now = Clock::now();
   const double step_ms =
       last_end_ ? std::chrono::duration<double, std::milli>(now - *last_end_).count() : 0.0;

@@ -55,6 +55,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gradwire/comm/collectives.h"
@@ -108,6 +109,10 @@ class AdaptiveStrategy : public Strategy {
   void set_learning_rate(double lr) override;
   // Every plan carries it (fit too, when it is built).
   bool carry_status(std::span<float> status) override;
+  std::string take_local_failure() override { return std::exchange(local_failure_, {}); }
+  // Held by the plan active when the state was held (a switch may follow the step).
+  void hold_codec_state(size_t index) override;
+  void restore_codec_states(std::span<const uint8_t> unused_everywhere) override;
   std::vector<CodecDecision> take_decisions() override;
   // The active plan's.
   std::string bucket_layout_summary() const override;
@@ -195,6 +200,8 @@ class AdaptiveStrategy : public Strategy {
 
   std::vector<CodecDecision> decisions_;
   std::span<float> status_;  // carry_status(): the caller's words, every plan carries them
+  std::string local_failure_;  // the active plan's, of the last synchronize()
+  size_t held_plan_ = 0;        // the plan that holds codec states (hold_codec_state)
 };
 
 }  // namespace gradwire::strategy

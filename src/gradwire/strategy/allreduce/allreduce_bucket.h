@@ -36,6 +36,7 @@ struct AllreduceStrategy::Bucket {
   // Shared-scale path: each tensor's first block in `maxima`, and the blocks' maxima.
   std::vector<size_t> block_offsets;
   std::vector<float> maxima;
+  std::vector<uint8_t> refused;  // this step, per tensor: its codec refused the gradient
   // Message path, kept across steps so that a step allocates nothing once they are large
   // enough: this rank's message, every rank's, and every rank's payload in it.
   Bytes message;

@@ -181,6 +181,7 @@ bool AllreduceStrategy::attach_status() {
 
 void AllreduceStrategy::put_status(float* tail) const {
   for (size_t i = 0; i < status_.size(); ++i) tail[i] = status_[i] != 0.0f ? 1.0f : 0.0f;
+  if (!local_failure_.empty()) tail[0] = 1.0f;  // the failure word (carry_status)
 }
 
 void AllreduceStrategy::take_status(const float* tail) {
@@ -194,8 +195,22 @@ void AllreduceStrategy::put_status(uint8_t* wire_tail, compress::WireType wire) 
   }
   const uint16_t one = float_to_half(1.0f);
   for (size_t i = 0; i < status_.size(); ++i) {
-    const uint16_t word = status_[i] != 0.0f ? one : 0;
+    const bool set = status_[i] != 0.0f || (i == 0 && !local_failure_.empty());
+    const uint16_t word = set ? one : 0;
     std::memcpy(wire_tail + i * sizeof word, &word, sizeof word);
+  }
+}
+
+template <typename Encode>
+bool AllreduceStrategy::encode_or_fail(size_t k, Encode&& encode) {
+  try {
+    encode();
+    return true;
+  } catch (const std::exception& e) {
+    if (local_failure_.empty()) {
+      local_failure_ = "encoding the gradient of '" + tensors_[k].name + "' failed: " + e.what();
+    }
+    return false;
   }
 }
 
@@ -212,7 +227,24 @@ void AllreduceStrategy::take_status(const uint8_t* wire_tail, compress::WireType
   }
 }
 
+void AllreduceStrategy::hold_codec_state(size_t index) {
+  if (index >= codecs_.size()) throw Error("hold_codec_state: no tensor " + std::to_string(index));
+  Bytes state;
+  codecs_[index]->save_state(state);
+  held_states_.emplace_back(index, std::move(state));
+}
+
+void AllreduceStrategy::restore_codec_states(std::span<const uint8_t> unused_everywhere) {
+  for (auto& [k, state] : held_states_) {
+    if (k >= unused_everywhere.size() || !unused_everywhere[k]) continue;
+    ByteReader reader(state);
+    codecs_[k]->load_state(reader);
+  }
+  held_states_.clear();
+}
+
 void AllreduceStrategy::open_step() {
+  local_failure_.clear();  // the executor is idle between steps
   step_grads_.assign(tensors_.size(), std::span<float>());
   reported_.assign(tensors_.size(), 0);
   step_start_ = collectives_.traffic();  // the executor is idle between steps
@@ -447,12 +479,21 @@ void AllreduceStrategy::synchronize_int8(Bucket& bucket, const FloatSpans& grads
     auto* face = codecs_[bucket.tensors[j]]->shared_scale();
     return std::span<float>(bucket.maxima).subspan(bucket.block_offsets[j], face->blocks());
   };
+  // A tensor the codec refuses (non-finite values) sends zero maxima and zero levels: the
+  // step's collectives go on, and its status says it failed.
+  std::vector<uint8_t>& refused = bucket.refused;
+  refused.assign(bucket.tensors.size(), 0);
   {
     TimelineSpan span("encode", "compute");
     span.set_args(args);
     for (size_t j = 0; j < bucket.tensors.size(); ++j) {
-      codecs_[bucket.tensors[j]]->shared_scale()->local_maxima(grads[bucket.tensors[j]],
-                                                               maxima_of(j));
+      const size_t k = bucket.tensors[j];
+      if (!encode_or_fail(k, [&] {
+            codecs_[k]->shared_scale()->local_maxima(grads[k], maxima_of(j));
+          })) {
+        refused[j] = 1;
+        std::fill(maxima_of(j).begin(), maxima_of(j).end(), 0.0f);
+      }
     }
   }
   const bool carrier = status_bucket_ == static_cast<size_t>(&bucket - buckets_.data());
@@ -469,6 +510,10 @@ void AllreduceStrategy::synchronize_int8(Bucket& bucket, const FloatSpans& grads
     span.set_args(args);
     for (size_t j = 0; j < bucket.tensors.size(); ++j) {
       const size_t k = bucket.tensors[j];
+      if (refused[j]) {
+        std::fill_n(wire + bucket.offsets[j], tensors_[k].numel(), int8_t{0});
+        continue;
+      }
       codecs_[k]->shared_scale()->quantize(grads[k], maxima_of(j), levels,
                                            wire + bucket.offsets[j]);
     }
@@ -498,7 +543,12 @@ void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& g
     for (size_t k : bucket.tensors) {
       const size_t length_at = bucket.message.size();
       bucket.message.resize(length_at + sizeof(uint32_t));
-      codecs_[k]->encode(grads[k], bucket.message);  // appends
+      if (!encode_or_fail(k, [&] { codecs_[k]->encode(grads[k], bucket.message); })) {
+        // An empty message: this rank contributes nothing to the bucket (every rank reads
+        // it as zeros), and the step's status says it failed.
+        bucket.message.clear();
+        break;
+      }
       const auto length =
           static_cast<uint32_t>(bucket.message.size() - length_at - sizeof(uint32_t));
       std::memcpy(bucket.message.data() + length_at, &length, sizeof length);
@@ -531,6 +581,7 @@ void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& g
   payloads.resize(world);
   for (int r = 0; r < world; ++r) {
     payloads[r].clear();
+    if (all[r].empty()) continue;  // rank r could not encode: it contributes zeros
     ByteReader reader(all[r]);
     try {
       for (size_t j = 0; j < bucket.tensors.size(); ++j) {
@@ -548,6 +599,7 @@ void AllreduceStrategy::synchronize_messages(Bucket& bucket, const FloatSpans& g
     std::span<float> grad = grads[k];
     std::fill(grad.begin(), grad.end(), 0.0f);
     for (int r = 0; r < world; ++r) {
+      if (payloads[r].empty()) continue;
       try {
         codecs_[k]->decode_add(payloads[r][j], grad);
       } catch (const MismatchError& e) {
@@ -581,7 +633,8 @@ void AllreduceStrategy::synchronize_sparse(Bucket& bucket, const FloatSpans& gra
     span.set_args(args);
     bucket.mine.assign(bucket.elements, 0.0f);
     ByteReader reader(bucket.message);
-    for (size_t j = 0; j < bucket.tensors.size(); ++j) {
+    // An empty message (this rank could not encode) contributes zeros.
+    for (size_t j = 0; j < bucket.tensors.size() && !bucket.message.empty(); ++j) {
       const size_t k = bucket.tensors[j];
       const uint32_t length = reader.get<uint32_t>("payload length");
       codecs_[k]->decode_add(

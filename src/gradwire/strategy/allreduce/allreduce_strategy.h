@@ -54,6 +54,7 @@
 #include <mutex>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "gradwire/comm/collectives.h"
@@ -101,6 +102,9 @@ class AllreduceStrategy : public Strategy {
   // end anyway: they are backward's last): the last bucket when it is additive or int8,
   // else the last low-rank group's P; not on a sparse or message bucket.
   bool carry_status(std::span<float> status) override;
+  std::string take_local_failure() override { return std::exchange(local_failure_, {}); }
+  void hold_codec_state(size_t index) override;
+  void restore_codec_states(std::span<const uint8_t> unused_everywhere) override;
   void save_state(Bytes& out) const override;
   void load_state(ByteReader& in) override;
 
@@ -212,6 +216,10 @@ class AllreduceStrategy : public Strategy {
   void take_status(const float* tail);
   void put_status(uint8_t* wire_tail, compress::WireType wire) const;
   void take_status(const uint8_t* wire_tail, compress::WireType wire);
+  // Runs a codec's encoding of tensor k; on an exception keeps the first one's cause in
+  // local_failure_ (the step still issues its collectives, with zeros) and returns false.
+  template <typename Encode>
+  bool encode_or_fail(size_t k, Encode&& encode);
 
   comm::Collectives& collectives_;
   AllreduceOptions options_;
@@ -239,6 +247,11 @@ class AllreduceStrategy : public Strategy {
   size_t status_bucket_ = kNoBucket;
   bool status_on_low_rank_ = false;
   size_t status_bytes_ = 0;
+  // This step's local failure (take_local_failure()): written on the executor's thread,
+  // read after finish_step().
+  std::string local_failure_;
+  // hold_codec_state(): per held tensor, its codec's state before the step.
+  std::vector<std::pair<size_t, Bytes>> held_states_;
 
   // The step in progress. Reports (step_grads_, reported_) happen under step_mutex_; the
   // executor reads step_grads_ of a bucket only after all its tensors were reported, and

@@ -15,7 +15,8 @@
 namespace gradwire::strategy::diloco {
 namespace {
 
-constexpr uint8_t kStateVersion = 1;
+// 2: the in-flight exchange's carried state (carry_broadcast). Version 1 is read too.
+constexpr uint8_t kStateVersion = 2;
 
 std::string number(double v) {
   char text[32];
@@ -102,6 +103,9 @@ void DiLoCoStrategy::start(std::span<const compress::TensorInfo> tensors,
     if (span.on()) span.set_args("{\"fragment\":" + std::to_string(in_flight_.fragment) + "}");
     const auto before = collectives_.traffic();
     fragments_[static_cast<size_t>(in_flight_.fragment)].exchange->average(in_flight_.delta);
+    if (in_flight_.carries) {
+      collectives_.broadcast(in_flight_.carried.data(), in_flight_.carried.size(), 0);
+    }
     const auto after = collectives_.traffic();
     in_flight_.wire = after.on_wire - before.on_wire;
     in_flight_.contributed = after.contributed - before.contributed;
@@ -121,6 +125,8 @@ void DiLoCoStrategy::gather(const Fragment& f, const FloatSpans& params,
 
 void DiLoCoStrategy::after_update(const FloatSpans& params) {
   if (!executor_) throw Error("DiLoCoStrategy: after_update before start");
+  check_not_failed();
+  params_ = params;
   ++steps_;
   just_synchronized_ = false;
   // Per inner step, what a per-step fp32 allreduce of the gradients would have sent.
@@ -150,17 +156,35 @@ void DiLoCoStrategy::send(int fragment, const FloatSpans& params) {
     p.delta.resize(f.numel);
     for (size_t i = 0; i < f.numel; ++i) p.delta[i] = f.global[i] - p.sent[i];
   }
+  p.carries = pack_ && fragment + 1 == schedule_.fragments;
+  p.carried.clear();
+  if (p.carries) pack_(p.carried);
   p.wire = p.contributed = 0;
   executor_->begin_step({0});  // runnable at once: its turn is reserved here
   exchange_running_ = true;
 }
 
 void DiLoCoStrategy::wait_in_flight() const {
+  check_not_failed();
   if (!exchange_running_) return;
   exchange_running_ = false;
-  executor_->finish_step();
+  try {
+    executor_->finish_step();
+  } catch (const std::exception& e) {
+    failed_ = "DiLoCo's outer exchange of fragment " + std::to_string(in_flight_.fragment) +
+              " (sent at inner step " +
+              std::to_string(in_flight_.land_at - schedule_.delay) + ") failed: " + e.what() +
+              "; it was not merged, and the ranks' models are no longer kept together: "
+              "restart the job from its last checkpoint";
+    in_flight_.fragment = -1;
+    check_not_failed();
+  }
   traffic_.bytes_on_wire += in_flight_.wire;
   traffic_.bytes_contributed += in_flight_.contributed;
+}
+
+void DiLoCoStrategy::check_not_failed() const {
+  if (!failed_.empty()) throw Error(failed_);
 }
 
 void DiLoCoStrategy::land(const FloatSpans& params) {
@@ -171,6 +195,14 @@ void DiLoCoStrategy::land(const FloatSpans& params) {
   TimelineSpan span("outer step", "compute");
   InFlight& p = in_flight_;
   Fragment& f = fragments_[static_cast<size_t>(p.fragment)];
+  // The mean is the same on every rank: a non-finite one (fp32 and fp16 carry a diverged
+  // rank's values into it) fails every rank alike, before any model takes it.
+  if (!std::all_of(p.delta.begin(), p.delta.end(), [](float v) { return std::isfinite(v); })) {
+    failed_ = "DiLoCo's averaged outer gradient of fragment " + std::to_string(p.fragment) +
+              " has non-finite values: some rank's local model diverged; it was not merged";
+    p.fragment = -1;
+    check_not_failed();
+  }
   const auto lr = static_cast<float>(options_.outer_lr);
   const auto mu = static_cast<float>(options_.outer_momentum);
   for (size_t i = 0; i < f.numel; ++i) {
@@ -189,6 +221,8 @@ void DiLoCoStrategy::land(const FloatSpans& params) {
     }
     offset += t.size();
   }
+  if (p.carries) unpack_(p.carried);
+  p.carries = false;
   ++exchanges_;
   f.synced_at = steps_;
   if (p.fragment + 1 == schedule_.fragments) {
@@ -247,12 +281,21 @@ void DiLoCoStrategy::resolve_auto(double t) {
                         reason, inputs});
 }
 
+bool DiLoCoStrategy::carry_broadcast(std::function<void(Bytes&)> pack,
+                                     std::function<void(const Bytes&)> unpack) {
+  if (!pack || !unpack) return false;
+  pack_ = std::move(pack);
+  unpack_ = std::move(unpack);
+  return true;
+}
+
 std::vector<CodecDecision> DiLoCoStrategy::take_decisions() {
   return std::exchange(decisions_, {});
 }
 
 std::optional<JobSummary> DiLoCoStrategy::finish() {
   if (!executor_) return std::nullopt;
+  check_not_failed();
   just_synchronized_ = false;
   if (in_flight_.fragment >= 0) land(params_);  // early: the steps it waited for will not come
   const auto before = collectives_.traffic();
@@ -340,13 +383,16 @@ void DiLoCoStrategy::save_state(Bytes& out) const {
     w.put_array<float>(in_flight_.delta);
     w.put<uint64_t>(in_flight_.sent.size());
     w.put_array<float>(in_flight_.sent);
+    w.put<uint8_t>(in_flight_.carries ? 1 : 0);
+    w.put<uint64_t>(in_flight_.carried.size());
+    w.put_array<uint8_t>(in_flight_.carried);
   }
 }
 
 void DiLoCoStrategy::load_state(ByteReader& in) {
   if (!executor_) throw Error("DiLoCoStrategy: load_state before start");
   const auto version = in.get<uint8_t>("DiLoCo state version");
-  if (version != kStateVersion) {
+  if (version != kStateVersion && version != 1) {
     throw PayloadError("DiLoCo state of version " + std::to_string(version) +
                        ", this build reads " + std::to_string(kStateVersion));
   }
@@ -414,6 +460,16 @@ void DiLoCoStrategy::load_state(ByteReader& in) {
     if (sent != n) throw PayloadError("DiLoCo state: bad sent parameters");
     flight.sent.resize(n);
     in.get_array<float>(flight.sent, "DiLoCo sent parameters");
+    if (version >= 2) {
+      flight.carries = in.get<uint8_t>("DiLoCo carried flag") != 0;
+      const auto size = in.get<uint64_t>("DiLoCo carried size");
+      if (size > in.remaining()) throw PayloadError("DiLoCo state: bad carried state");
+      flight.carried.resize(size);
+      in.get_array<uint8_t>(flight.carried, "DiLoCo carried state");
+      if (flight.carries && !unpack_) {
+        throw PayloadError("DiLoCo state: an exchange carrying buffers, for a job without");
+      }
+    }
   }
   // The codec states last (one that does not fit leaves the strategy unusable, as
   // Strategy::load_state allows).

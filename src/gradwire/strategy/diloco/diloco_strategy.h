@@ -83,19 +83,22 @@ class DiLoCoStrategy : public Strategy {
   ~DiLoCoStrategy() override;
 
   std::string name() const override { return "diloco"; }
-  // `params` must stay valid while the strategy lives (finish() writes them).
+  // `params` are read here only; later calls take the parameters where they are then.
   void start(std::span<const compress::TensorInfo> tensors, const FloatSpans& params) override;
   // The gradients stay this rank's: the inner optimizer steps on them.
   void synchronize(const FloatSpans& grads) override {}
   bool exchanges_gradients() const override { return false; }
   void after_update(const FloatSpans& params) override;
   bool just_synchronized() const override { return just_synchronized_; }
+  bool carry_broadcast(std::function<void(Bytes&)> pack,
+                       std::function<void(const Bytes&)> unpack) override;
   TrafficStats traffic() const override { return traffic_; }
   std::vector<CodecDecision> take_decisions() override;
   // Lands the exchange in flight, then averages what every fragment did since its last
   // synchronization (an outer step of rate 1 without momentum), so that every rank ends
   // with the same model. Collective.
   std::optional<JobSummary> finish() override;
+  void follow_parameters(const FloatSpans& params) override { params_ = params; }
   void save_state(Bytes& out) const override;
   void load_state(ByteReader& in) override;
 
@@ -118,14 +121,22 @@ class DiLoCoStrategy : public Strategy {
     uint64_t land_at = 0;
     std::vector<float> delta;            // this rank's outer gradient; the mean once done
     std::vector<float> sent;             // theta when sent (delay > 0)
+    // The round's last fragment, when the caller's state is carried (carry_broadcast):
+    // this rank's state when sent, rank 0's once the exchange is done.
+    bool carries = false;
+    Bytes carried;
     uint64_t wire = 0, contributed = 0;  // the exchange's traffic, once done
   };
   using Clock = std::chrono::steady_clock;
 
   void gather(const Fragment& f, const FloatSpans& params, std::vector<float>& out) const;
   void send(int fragment, const FloatSpans& params);
-  // Waits for the exchange in flight (rethrowing its error); idempotent.
+  // Waits for the exchange in flight; idempotent. An exchange that failed (a collective, or
+  // a codec that refused some rank's outer gradient, on every rank alike) is not merged:
+  // the strategy keeps its cause in failed_ and throws it, now and at every later call.
   void wait_in_flight() const;
+  // Throws failed_, if set.
+  void check_not_failed() const;
   void land(const FloatSpans& params);
   // Auto: times the step; once probed, agrees and fixes the schedule.
   void probe();
@@ -133,12 +144,18 @@ class DiLoCoStrategy : public Strategy {
 
   comm::Collectives& collectives_;
   DiLoCoOptions options_;
-  FloatSpans params_;  // start()'s: the model's parameters, valid while the strategy lives
+  // The model's parameters where they were at the last after_update() (or
+  // follow_parameters()): finish() writes them. Never kept from start(): a parameter's
+  // storage may change between steps.
+  FloatSpans params_;
   Schedule schedule_;
   bool scheduled_ = false;  // H is known (given, or auto resolved)
   std::vector<Fragment> fragments_;
   mutable InFlight in_flight_;
   mutable bool exchange_running_ = false;  // sent to the executor, not yet waited for
+  // Why an exchange failed ("" while none has): the ranks' theta_g may then differ, so the
+  // job cannot go on (every later call throws it).
+  mutable std::string failed_;
   uint64_t steps_ = 0;
   uint64_t exchanges_ = 0;
   uint64_t last_sync_step_ = 0;
@@ -148,6 +165,8 @@ class DiLoCoStrategy : public Strategy {
   std::vector<double> probe_seconds_;
   Clock::time_point last_update_;
   std::vector<CodecDecision> decisions_;
+  std::function<void(Bytes&)> pack_;  // carry_broadcast(); empty: nothing carried
+  std::function<void(const Bytes&)> unpack_;
   std::unique_ptr<InOrderExecutor> executor_;  // last: destroyed (joined) first
 };
 
