@@ -20,16 +20,10 @@ namespace {
 using torch::optim::AdamW;
 using torch::optim::AdamWOptions;
 
-constexpr int kWorld = 2, kBatch = 8;
+constexpr int kWorld = 2;
 
-torch::Tensor batch_x(const Problem& p, int step, int rank) {
-  const int64_t begin = (step * kWorld + rank) * kBatch % 64;
-  return p.x.slice(0, begin, begin + kBatch);
-}
-torch::Tensor batch_y(const Problem& p, int step, int rank) {
-  const int64_t begin = (step * kWorld + rank) * kBatch % 64;
-  return p.y.slice(0, begin, begin + kBatch);
-}
+torch::Tensor batch_x(const Problem& p, int step, int rank) { return rank_batch_x(p, step, rank); }
+torch::Tensor batch_y(const Problem& p, int step, int rank) { return rank_batch_y(p, step, rank); }
 
 DistributedOptions diloco(uint64_t h, int fragments = 1, uint64_t delay = 0,
                           const std::string& codec = "none") {

@@ -60,6 +60,19 @@ struct Problem {
   }
 };
 
+// Rank `rank`'s share of step `step` when every step takes `batch` samples a rank from the
+// problem's 64 in order, `world` ranks: samples [(step world + rank) batch, + batch), mod 64.
+inline torch::Tensor rank_batch_x(const Problem& p, int step, int rank, int world = 2,
+                                  int batch = 8) {
+  const int64_t begin = (step * world + rank) * batch % 64;
+  return p.x.slice(0, begin, begin + batch);
+}
+inline torch::Tensor rank_batch_y(const Problem& p, int step, int rank, int world = 2,
+                                  int batch = 8) {
+  const int64_t begin = (step * world + rank) * batch % 64;
+  return p.y.slice(0, begin, begin + batch);
+}
+
 template <typename Net>
 std::vector<torch::Tensor> train(const Problem& problem, Net& net,
                                  const std::function<void()>& zero_grad,

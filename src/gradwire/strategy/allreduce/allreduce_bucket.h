@@ -1,9 +1,10 @@
 // AllreduceStrategy's bucket: what the files that implement the strategy share
-// (allreduce_strategy.cc, allreduce_checkpoint.cc).
+// (allreduce_strategy.cc, allreduce_messages.cc, allreduce_checkpoint.cc).
 #pragma once
 
 #include <memory>
 #include <optional>
+#include <string>
 #include <span>
 #include <vector>
 
@@ -48,5 +49,20 @@ struct AllreduceStrategy::Bucket {
   comm::SparsePath last_path = comm::SparsePath::kAllgather;
   std::vector<float> mine, sum;
 };
+
+// A codec's encoding of tensor k; on an exception its cause goes to local_failure_ (the
+// first of the step) and the caller sends zeros in its place.
+template <typename Encode>
+bool AllreduceStrategy::encode_or_fail(size_t k, Encode&& encode) {
+  try {
+    encode();
+    return true;
+  } catch (const std::exception& e) {
+    if (local_failure_.empty()) {
+      local_failure_ = "encoding the gradient of '" + tensors_[k].name + "' failed: " + e.what();
+    }
+    return false;
+  }
+}
 
 }  // namespace gradwire::strategy
