@@ -261,16 +261,22 @@ TEST(DdpParityTest, ACollectiveBetweenBackwardAndStepComesAfterTheExchange) {
 
 // An embedding used as input and, transposed, as output layer: one tensor registered
 // under two names, as a language model ties them.
+// With `shared_memory`, "output" is instead a second leaf over the embedding's memory
+// (embedding.detach(), requiring grad): two parameters, each with its own .grad, whose
+// updates both land in one storage. Both must be exchanged (deduplicating by storage would
+// leave output's gradient local and part the ranks), as DDP, which tells parameters apart
+// by identity, does.
 struct TiedNet : torch::nn::Module {
-  TiedNet() {
+  explicit TiedNet(bool shared_memory = false) {
     embedding = register_parameter("embedding", torch::randn({kHidden, kHidden}) * 0.3);
-    register_parameter("output", embedding);
+    output = shared_memory ? register_parameter("output", embedding.detach())
+                           : register_parameter("output", embedding);
     mix = register_module("mix", torch::nn::Linear(kHidden, kHidden));
   }
   torch::Tensor forward(const torch::Tensor& x) {
-    return torch::tanh(mix(torch::tanh(x.matmul(embedding)))).matmul(embedding.t());
+    return torch::tanh(mix(torch::tanh(x.matmul(embedding)))).matmul(output.t());
   }
-  torch::Tensor embedding;
+  torch::Tensor embedding, output;
   torch::nn::Linear mix{nullptr};
 };
 
@@ -285,12 +291,12 @@ std::vector<torch::Tensor> distinct_parameters(torch::nn::Module& net) {
   return out;
 }
 
-TEST(DdpParityTest, ATiedWeightIsExchangedOnceAndTrainsAsInOneProcess) {
+void expect_tied_parity(bool shared_memory) {
   constexpr int kWorld = 2, kSteps = 4, kBatch = 4;
   torch::manual_seed(11);
   const auto x = torch::randn({kSteps * kWorld * kBatch, kHidden});
   const auto y = torch::randint(0, kHidden, {kSteps * kWorld * kBatch});
-  TiedNet init_net;
+  TiedNet init_net(shared_memory);
   const auto init = snapshot(init_net);
   auto make_sgd = [](TiedNet& net) {
     return std::make_shared<torch::optim::SGD>(
@@ -301,7 +307,7 @@ TEST(DdpParityTest, ATiedWeightIsExchangedOnceAndTrainsAsInOneProcess) {
     return torch::nn::functional::cross_entropy(net.forward(x.slice(0, begin, begin + kBatch)),
                                                 y.slice(0, begin, begin + kBatch));
   };
-  TiedNet reference;
+  TiedNet reference(shared_memory);
   copy_parameters(reference, init);
   auto reference_opt = make_sgd(reference);
   for (int s = 0; s < kSteps; ++s) {
@@ -313,7 +319,7 @@ TEST(DdpParityTest, ATiedWeightIsExchangedOnceAndTrainsAsInOneProcess) {
 
   std::vector<std::shared_ptr<TiedNet>> nets;
   for (int r = 0; r < kWorld; ++r) {
-    nets.push_back(std::make_shared<TiedNet>());
+    nets.push_back(std::make_shared<TiedNet>(shared_memory));
     copy_parameters(*nets.back(), init);
   }
   std::vector<std::vector<torch::Tensor>> got(kWorld);
@@ -330,11 +336,19 @@ TEST(DdpParityTest, ATiedWeightIsExchangedOnceAndTrainsAsInOneProcess) {
     got[rank] = snapshot(net);
     dense_bytes[rank] = opt.traffic().bytes_dense;
   });
-  const uint64_t distinct_floats = kHidden * kHidden + kHidden * kHidden + kHidden;
+  const uint64_t distinct_floats = (shared_memory ? 3 : 2) * kHidden * kHidden + kHidden;
   for (int r = 0; r < kWorld; ++r) {
     expect_close(got[r], want, "rank " + std::to_string(r));
     EXPECT_EQ(dense_bytes[r], kSteps * distinct_floats * sizeof(float)) << "rank " << r;
   }
+}
+
+TEST(DdpParityTest, ATiedWeightIsExchangedOnceAndTrainsAsInOneProcess) {
+  expect_tied_parity(/*shared_memory=*/false);
+}
+
+TEST(DdpParityTest, TwoParametersOverOneMemoryAreBothExchangedAndTrainAsInOneProcess) {
+  expect_tied_parity(/*shared_memory=*/true);
 }
 
 struct BatchNormHeads : torch::nn::Module {
