@@ -218,10 +218,10 @@ struct DiLoCoSummary {
   uint64_t inner_steps = 0;  // H in force (0 while auto is still timing steps)
   uint64_t delay = 0;
   int fragments = 1;
-  uint64_t steps = 0;           // inner steps taken
-  uint64_t exchanges = 0;       // fragment exchanges merged
-  uint64_t outer_steps = 0;     // rounds: exchanges / fragments
-  uint64_t bytes_on_wire = 0;   // this rank's sends, every exchange and finish() included
+  uint64_t steps = 0;          // inner steps taken
+  uint64_t exchanges = 0;      // fragment exchanges merged
+  uint64_t outer_steps = 0;    // rounds: exchanges / fragments
+  uint64_t bytes_on_wire = 0;  // this rank's sends, every exchange and finish() included
   // The inner step at which a round's last fragment last landed (or finish() ran). The
   // ranks' models are all equal there only with fragments = 1 and delay 0, and after
   // finish(); with fragments or a delay each part differs by what the ranks did since it

@@ -209,7 +209,8 @@ TEST(DiLoCoOptimizer, BuffersTravelInTheRoundsExchangeNotInStep) {
           .backward();
       opt.step();
       // Fragment 1 is sent at the fourth step and lands at the sixth (s = 5).
-      if (s == 5) after_landing[rank] = context->allgather(net.bn->running_mean.sum().item<double>());
+      if (s == 5)
+        after_landing[rank] = context->allgather(net.bn->running_mean.sum().item<double>());
     }
     broadcasts[rank] = record->threads();
   });

@@ -6,12 +6,12 @@
 #include <gtest/gtest.h>
 #include <torch/torch.h>
 
-#include <chrono>
 #include <atomic>
+#include <chrono>
 #include <limits>
 #include <map>
-#include <optional>
 #include <mutex>
+#include <optional>
 
 #include "gradwire/comm/collectives.h"
 #include "gradwire/core/error.h"
@@ -102,7 +102,9 @@ TEST(ExchangeFaultsTest, ACodecThatRefusesOneRanksGradientFailsEveryRankPromptly
     auto context = context_for(rank, kWorld, c);
     auto net = problem.fresh_net();
     DistributedOptimizer opt(context, SGD(net->parameters(), SGDOptions(0.1)), *net,
-                             {.compressor = "int8", .bucket_bytes = 512, .first_bucket_bytes = 64,
+                             {.compressor = "int8",
+                              .bucket_bytes = 512,
+                              .first_bucket_bytes = 64,
                               .measured_buckets = false});
     run_loop<SmallNet>(
         *net, opt, problem, rank, kSteps, [](SmallNet&, int) {}, runs[rank],
@@ -302,8 +304,7 @@ TEST(ExchangeFaultsTest, ADiLoCoRankWhoseModelDivergedFailsTheRoundOnEveryRank) 
                   std::string::npos)
             << e;
       } else {
-        EXPECT_NE(e.find("the codec refused the outer gradient of rank 1"), std::string::npos)
-            << e;
+        EXPECT_NE(e.find("the codec refused the outer gradient of rank 1"), std::string::npos) << e;
       }
       EXPECT_EQ(errors[r].at(3), e);  // not merged: the strategy stays failed
       EXPECT_LT(took[r], kPromptSeconds) << "rank " << r;
@@ -436,7 +437,8 @@ TEST(ExchangeFaultsTest, AnExchangeThrownAwayLeavesTheCodecStatesAsTheyWere) {
     }
     for (int r = 0; r < kWorld; ++r) {
       for (size_t i = 0; i < without[r].size(); ++i) {
-        EXPECT_TRUE(torch::equal(with_empty[r][i], without[r][i])) << "rank " << r << " tensor " << i;
+        EXPECT_TRUE(torch::equal(with_empty[r][i], without[r][i]))
+            << "rank " << r << " tensor " << i;
       }
     }
   }

@@ -63,8 +63,8 @@ class OrderedCollectives : public Collectives {
   std::unique_ptr<Collectives> inner_;
   std::mutex mutex_;
   std::condition_variable served_;
-  uint64_t next_ticket_ = 0;  // the next turn to reserve
-  uint64_t serving_ = 0;      // the turn that may issue now
+  uint64_t next_ticket_ = 0;      // the next turn to reserve
+  uint64_t serving_ = 0;          // the turn that may issue now
   std::set<uint64_t> abandoned_;  // turns whose wait timed out: skipped when reached
   std::chrono::steady_clock::time_point progress_at_ = std::chrono::steady_clock::now();
 };

@@ -74,8 +74,7 @@ void DistributedOptimizer::Impl::check_parameters_unchanged() const {
 void DistributedOptimizer::Impl::check_one_exchange_per_step() const {
   if (exchanges_this_step == 0 || !correction.active()) return;
   throw ConfigError(
-      "a second gradient exchange before step() under momentum correction (codec '" +
-      codec_spec +
+      "a second gradient exchange before step() under momentum correction (codec '" + codec_spec +
       "'): the codec keeps the SGD momentum, and the second exchange's input would hold the "
       "first's averaged velocity, counting momentum twice. Accumulate the step's backward "
       "passes inside no_sync() (all but the last), or set "
@@ -228,7 +227,8 @@ std::string DistributedOptimizer::Impl::exchange() {
     mine.insert(mine.end(), local_failure.begin(), local_failure.end());
     std::vector<Bytes> all{mine};
     if (context->world_size() > 1) {
-      all = context->collectives().allgather_bytes(std::span<const uint8_t>(mine.data(), mine.size()));
+      all = context->collectives().allgather_bytes(
+          std::span<const uint8_t>(mine.data(), mine.size()));
     }
     std::vector<uint64_t> sequences(all.size(), 0);
     std::vector<std::string> causes(all.size());
@@ -249,8 +249,8 @@ std::string DistributedOptimizer::Impl::exchange() {
                  "the ranks are out of step (the number of zero_grad(), step() and exchanges "
                  "each has made since the last failure:";
       for (size_t r = 0; r < sequences.size(); ++r) {
-        failure += (r ? ", rank " : " rank ") + std::to_string(r) + " " +
-                   std::to_string(sequences[r]);
+        failure +=
+            (r ? ", rank " : " rank ") + std::to_string(r) + " " + std::to_string(sequences[r]);
       }
       failure +=
           "): a rank with a higher number skipped an exchange that the others made (its "
@@ -300,7 +300,7 @@ void DistributedOptimizer::Impl::exchange_in_step() {
 }
 
 void DistributedOptimizer::Impl::pack_tensors(const std::vector<torch::Tensor>& tensors,
-                                             Bytes& out) {
+                                              Bytes& out) {
   size_t total = 0;
   for (const auto& t : tensors) total += t.nbytes();
   out.resize(total);
@@ -312,7 +312,7 @@ void DistributedOptimizer::Impl::pack_tensors(const std::vector<torch::Tensor>& 
 }
 
 void DistributedOptimizer::Impl::unpack_tensors(const Bytes& in,
-                                               const std::vector<torch::Tensor>& tensors) {
+                                                const std::vector<torch::Tensor>& tensors) {
   size_t total = 0;
   for (const auto& t : tensors) total += t.nbytes();
   if (in.size() != total) {

@@ -39,7 +39,7 @@ struct DistributedOptimizer::Impl {
   // Exchanged parameters, each tensor once (a tied weight under its first name).
   std::vector<torch::Tensor> params;
   std::vector<std::string> names;
-  std::vector<int64_t> numels;  // per parameter, at construction
+  std::vector<int64_t> numels;       // per parameter, at construction
   std::vector<double> weight_decay;  // per parameter, under momentum correction
   // Frozen at construction: kept equal (taken from rank 0, checkpointed), never exchanged.
   std::vector<torch::Tensor> frozen;

@@ -199,9 +199,9 @@ class AdaptiveStrategy : public Strategy {
   uint64_t next_reprobe_ = 0;
 
   std::vector<CodecDecision> decisions_;
-  std::span<float> status_;  // carry_status(): the caller's words, every plan carries them
+  std::span<float> status_;    // carry_status(): the caller's words, every plan carries them
   std::string local_failure_;  // the active plan's, of the last synchronize()
-  size_t held_plan_ = 0;        // the plan that holds codec states (hold_codec_state)
+  size_t held_plan_ = 0;       // the plan that holds codec states (hold_codec_state)
 };
 
 }  // namespace gradwire::strategy

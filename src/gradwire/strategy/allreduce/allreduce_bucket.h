@@ -4,8 +4,8 @@
 
 #include <memory>
 #include <optional>
-#include <string>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "gradwire/compress/codec.h"

@@ -201,7 +201,6 @@ void AllreduceStrategy::put_status(uint8_t* wire_tail, compress::WireType wire) 
   }
 }
 
-
 void AllreduceStrategy::take_status(const uint8_t* wire_tail, compress::WireType wire) {
   if (wire == compress::WireType::kFloat32) {
     take_status(reinterpret_cast<const float*>(wire_tail));
@@ -476,9 +475,8 @@ void AllreduceStrategy::synchronize_int8(Bucket& bucket, const FloatSpans& grads
     span.set_args(args);
     for (size_t j = 0; j < bucket.tensors.size(); ++j) {
       const size_t k = bucket.tensors[j];
-      if (!encode_or_fail(k, [&] {
-            codecs_[k]->shared_scale()->local_maxima(grads[k], maxima_of(j));
-          })) {
+      if (!encode_or_fail(
+              k, [&] { codecs_[k]->shared_scale()->local_maxima(grads[k], maxima_of(j)); })) {
         refused[j] = 1;
         std::fill(maxima_of(j).begin(), maxima_of(j).end(), 0.0f);
       }

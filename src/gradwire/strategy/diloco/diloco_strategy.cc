@@ -172,8 +172,8 @@ void DiLoCoStrategy::wait_in_flight() const {
     executor_->finish_step();
   } catch (const std::exception& e) {
     failed_ = "DiLoCo's outer exchange of fragment " + std::to_string(in_flight_.fragment) +
-              " (sent at inner step " +
-              std::to_string(in_flight_.land_at - schedule_.delay) + ") failed: " + e.what() +
+              " (sent at inner step " + std::to_string(in_flight_.land_at - schedule_.delay) +
+              ") failed: " + e.what() +
               "; it was not merged, and the ranks' models are no longer kept together: "
               "restart the job from its last checkpoint";
     in_flight_.fragment = -1;

@@ -119,8 +119,8 @@ class DiLoCoStrategy : public Strategy {
   struct InFlight {
     int fragment = -1;
     uint64_t land_at = 0;
-    std::vector<float> delta;            // this rank's outer gradient; the mean once done
-    std::vector<float> sent;             // theta when sent (delay > 0)
+    std::vector<float> delta;  // this rank's outer gradient; the mean once done
+    std::vector<float> sent;   // theta when sent (delay > 0)
     // The round's last fragment, when the caller's state is carried (carry_broadcast):
     // this rank's state when sent, rank 0's once the exchange is done.
     bool carries = false;

@@ -81,7 +81,8 @@ OuterExchange::OuterExchange(comm::Collectives& collectives, const std::string& 
     // The largest range's payload (the ranges differ by one element at most).
     payload_bytes_ = static_cast<double>(payload_size(codec, range_begin(1) - range_begin(0)));
     const auto w = static_cast<uint64_t>(world);
-    wire_bytes_ = world < 2 ? 0 : 2 * (w - 1) * (8 + static_cast<uint64_t>(payload_bytes_)) + (w - 1);
+    wire_bytes_ =
+        world < 2 ? 0 : 2 * (w - 1) * (8 + static_cast<uint64_t>(payload_bytes_)) + (w - 1);
   }
 }
 
@@ -181,8 +182,9 @@ void OuterExchange::average_messages(std::span<float> values) {
   for (int r = 0; r < world; ++r) {
     to_[r].clear();
     const size_t begin = range_begin(r);
+    if (!refused.empty()) continue;
     try {
-      if (refused.empty()) first_[r]->encode(values.subspan(begin, range_begin(r + 1) - begin), to_[r]);
+      first_[r]->encode(values.subspan(begin, range_begin(r + 1) - begin), to_[r]);
     } catch (const std::exception& e) {
       refused = e.what();
     }
