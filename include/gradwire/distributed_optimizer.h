@@ -28,7 +28,7 @@
 //   average over the ranks, equal on every rank: clip it, log it or replace it before
 //   step(), as with DDP. step() then only steps the wrapped optimizer. Several backward
 //   passes before a step each exchange what .grad holds then (the average accumulates,
-//   as in DDP); inside a `no_sync()` scope backward only accumulates locally, and the next
+//   as in DDP; not under momentum correction, see below); inside a `no_sync()` scope backward only accumulates locally, and the next
 //   backward outside it (or step(), or synchronize()) exchanges the accumulated gradient.
 //   Collectives a program issues between backward and step (Context::allgather) come
 //   after the exchange on every rank.
@@ -36,11 +36,14 @@
 //   exchange contributes zeros; the ranks agree (on the exchange's last collective)
 //   which parameters had a gradient anywhere. One that had none on every rank keeps an
 //   undefined .grad, so the optimizer skips it, as in single-process libtorch; one used
-//   on some ranks gets the average (DDP's find_unused_parameters). zero_grad() sets
-//   gradients to undefined by default (set_to_none, libtorch 2's and PyTorch's default).
-// - Checks at every step: a parameter whose dtype, device or layout changed, or whose
-//   gradient hook is gone (Module::to() replaced its data), and a gradient that is not
-//   dense float32, fail naming the parameter, before this rank issues a collective.
+//   on some ranks gets the average (DDP's find_unused_parameters). The codec state of one
+//   unused on every rank (error feedback's residual, the corrected momentum) stays as it
+//   was. zero_grad() sets gradients to undefined by default (set_to_none, libtorch 2's
+//   and PyTorch's default).
+// - Checks at every step: a parameter whose dtype, device, layout or size changed, or
+//   whose gradient hook is gone (Module::to(), set_data() or set_() replaced its data, as
+//   torch::load() does), and a gradient that is not dense float32, fail naming the
+//   parameter, before this rank issues a collective.
 // - A failed step. Every rank throws an Error naming the failing rank and the cause, from
 //   backward(), synchronize() or step(), in the same step and without waiting out the
 //   timeout, when on one rank:
