@@ -28,8 +28,9 @@
 //   average over the ranks, equal on every rank: clip it, log it or replace it before
 //   step(), as with DDP. step() then only steps the wrapped optimizer. Several backward
 //   passes before a step each exchange what .grad holds then (the average accumulates,
-//   as in DDP; not under momentum correction, see below); inside a `no_sync()` scope backward only accumulates locally, and the next
-//   backward outside it (or step(), or synchronize()) exchanges the accumulated gradient.
+//   as in DDP; not under momentum correction, see below); inside a `no_sync()` scope
+//   backward only accumulates locally, and the next backward outside it (or step(), or
+//   synchronize()) exchanges the accumulated gradient.
 //   Collectives a program issues between backward and step (Context::allgather) come
 //   after the exchange on every rank.
 // - Parameters without a gradient: a parameter whose .grad is undefined on this rank at the

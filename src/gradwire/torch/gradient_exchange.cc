@@ -238,14 +238,14 @@ std::string DistributedOptimizer::Impl::exchange() {
       causes[r].assign(all[r].begin() + sizeof(uint64_t), all[r].end());
     }
     failure = "the gradient exchange failed";
-    const char* separator = " on rank ";
+    bool named = false;  // some rank's cause is in the message
     for (size_t r = 0; r < causes.size(); ++r) {
       if (causes[r].empty()) continue;
-      failure += separator + std::to_string(r) + ": " + causes[r];
-      separator = "; rank ";
+      failure += (named ? "; rank " : " on rank ") + std::to_string(r) + ": " + causes[r];
+      named = true;
     }
     if (out_of_step) {
-      failure += std::string(separator == std::string(" on rank ") ? ": " : "; ") +
+      failure += std::string(named ? "; " : ": ") +
                  "the ranks are out of step (the number of zero_grad(), step() and exchanges "
                  "each has made since the last failure:";
       for (size_t r = 0; r < sequences.size(); ++r) {
