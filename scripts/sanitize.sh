@@ -69,7 +69,7 @@ cmake --build "$torch_build" -j "$jobs" --target gradwire_torch_tests
 # annotations would be half-seen): leaks and container overflow are not checked here.
 ASAN_OPTIONS="$ASAN_OPTIONS:detect_leaks=0:detect_container_overflow=0" \
   "$torch_build/tests/gradwire_torch_tests" \
-  --gtest_filter='DistributedOptimizer*:DdpParity*:OptimizerCheckpoint*:DistributedSampler*:Gloo*:ExchangeFaults*'
+  --gtest_filter='DistributedOptimizer*:DdpParity*:OptimizerCheckpoint*:DistributedSampler*:Gloo*:ExchangeFaults*:DdpCommHook*'
 
 echo "sanitize: the exchange threads, gossip and the parameter server under TSan"
 tsan_build=build-tsan

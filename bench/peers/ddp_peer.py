@@ -18,7 +18,8 @@ with momentum, or gpt's AdamW with warm-up, cosine and clipping after the exchan
 metrics file (JSON Lines: "eval", "epoch" and "summary" events, docs/ARCHITECTURE.md). Training time excludes evaluation: the clock stops while rank 0
 evaluates (on every core, the others waiting at a barrier).
 
-Hooks (--hook): allreduce (DDP's default_hooks.allreduce_hook, what DDP does without a
+Hooks (--hook): gradwire (gradwire.ddp.hook with --gradwire-codec: gradwire's codecs
+through DDP, the Python module on PYTHONPATH), allreduce (DDP's default_hooks.allreduce_hook, what DDP does without a
 hook), fp16 and bf16 (default_hooks.fp16_compress_hook / bf16_compress_hook) and powersgd
 (powerSGD_hook.powerSGD_hook with DDP's recommended settings: error feedback, warm start,
 vanilla allreduce for the first --powersgd-start-iter steps, 10% of the run by default;
@@ -392,6 +393,7 @@ class ByteCounter:
         self.contributed = 0
         self.wire = 0
         self.active = False
+        self.gradwire = None  # gradwire's hook state, which counts its own bytes
         self._all_reduce = dist.all_reduce
         dist.all_reduce = self._counting_all_reduce
 
@@ -470,6 +472,20 @@ def register_hook(ddp, args, total_steps, counter):
             return "ddp:bf16"
         ddp.register_comm_hook(None, bf16_ring_hook(counter))
         return "ddp:bf16(ring over send/recv: Gloo has no bfloat16 sum)"
+    if args.hook == "gradwire":
+        # gradwire's codecs as DDP's hook (the Python module: PYTHONPATH must reach it). Its
+        # collectives run in C++, past dist.all_reduce: its bytes come from its own counters.
+        try:
+            import gradwire
+        except ImportError:  # run from the source tree: the build tree's module
+            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                            "..", "..", "build", "python"))
+            import gradwire
+        state, hook = gradwire.ddp.hook(args.gradwire_codec, model=ddp.module,
+                                        bucket_cap_mb=args.bucket_mb)
+        ddp.register_comm_hook(state, hook)
+        counter.gradwire = state
+        return f"ddp:gradwire-{state.codec}"
     start = args.powersgd_start_iter
     if start < 0:
         start = max(2, total_steps // 10)
@@ -511,7 +527,10 @@ def show(job, value):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--hook", choices=["allreduce", "fp16", "bf16", "powersgd"], default="allreduce")
+    p.add_argument("--hook", choices=["allreduce", "fp16", "bf16", "powersgd", "gradwire"],
+                   default="allreduce")
+    p.add_argument("--gradwire-codec", default="auto",
+                   help="with --hook gradwire: gradwire.ddp.hook's codec (auto, int8, ...)")
     p.add_argument("--model", default="cnn")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32, help="per worker")
@@ -667,8 +686,12 @@ def main(argv):
         if state["evaluated"] != state["step"]:
             evaluate_now(epoch)
         mean_loss = all_ranks_sum(loss_sum / max(1, samples)) / world
-        contributed = all_ranks_sum(counter.contributed)
-        wire = all_ranks_sum(counter.wire)
+        contributed, wire = counter.contributed, counter.wire
+        if counter.gradwire is not None:  # cumulative since the hook was made
+            traffic = counter.gradwire.traffic()
+            contributed, wire = traffic["bytes_contributed"], traffic["bytes_on_wire"]
+        contributed = all_ranks_sum(contributed)
+        wire = all_ranks_sum(wire)
         dense = 4.0 * numel * state["step"] * world
         dense_wire = ring_allreduce_wire_bytes(4 * numel, world) * state["step"] * world
         last = {"epoch": epoch, "train_loss": mean_loss, job.metric: state["quality"],

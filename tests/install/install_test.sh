@@ -29,6 +29,16 @@ fi
 [ "$("$prefix/bin/gradwire" --version)" = "gradwire $version" ] ||
   fail "gradwire --version says '$("$prefix/bin/gradwire" --version)', not 'gradwire $version'"
 
+# The Python module: installed where /usr/bin/python3 finds it under the prefix, it imports
+# and says the C++ version.
+pydir=$prefix/lib/python3.$(/usr/bin/python3 -c 'import sys; print(sys.version_info[1])')/dist-packages
+if [ -d "$build/python/gradwire" ]; then
+  [ -e "$pydir/gradwire/__init__.py" ] || fail "the Python module is not installed in $pydir"
+  got=$(cd / && PYTHONPATH=$pydir /usr/bin/python3 -c 'import gradwire; print(gradwire.__version__)') ||
+    fail "the installed Python module does not import"
+  [ "$got" = "$version" ] || fail "the installed Python module says $got, not $version"
+fi
+
 launcher=()
 command -v ccache > /dev/null && launcher=(-DCMAKE_CXX_COMPILER_LAUNCHER=ccache)
 cmake -S "$source/examples" -B "$work/examples" -G Ninja -DCMAKE_BUILD_TYPE=Release \

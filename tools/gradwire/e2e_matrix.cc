@@ -127,13 +127,25 @@ std::map<std::string, double> parse_targets(const std::string& text,
 Config parse_config(const std::string& text) {
   Config c;
   c.name = text;
+  if (text.rfind("ddp:gradwire-", 0) == 0) {
+    // DDP with gradwire's hook (the Python module): ddp:gradwire-CODEC.
+    c.system = "ddp";
+    c.hook = "gradwire";
+    c.codec = text.substr(13);
+    try {
+      strategy::canonical_codec(c.codec);
+    } catch (const ConfigError& e) {
+      throw ConfigError("configuration '" + text + "': " + e.what());
+    }
+    return c;
+  }
   if (text.rfind("ddp:", 0) == 0) {
     c.system = "ddp";
     const Spec hook = Spec::parse(text.substr(4));
     c.hook = hook.name;
     if (c.hook != "allreduce" && c.hook != "fp16" && c.hook != "bf16" && c.hook != "powersgd") {
       throw ConfigError("configuration '" + text +
-                        "': DDP hooks are allreduce, fp16, bf16 and powersgd");
+                        "': DDP hooks are allreduce, fp16, bf16, powersgd and gradwire-CODEC");
     }
     SpecReader reader(hook, "DDP hook");
     if (c.hook == "powersgd") {
@@ -285,6 +297,9 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
     if (run.config.hook == "powersgd") {
       cmd.insert(cmd.end(), {"--powersgd-rank", std::to_string(run.config.powersgd_rank),
                              "--powersgd-start-iter", std::to_string(run.config.powersgd_start)});
+    }
+    if (run.config.hook == "gradwire") {
+      cmd.insert(cmd.end(), {"--gradwire-codec", run.config.codec});
     }
   } else if (run.config.ps()) {
     cmd = {self,

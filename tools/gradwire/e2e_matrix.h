@@ -99,10 +99,11 @@ std::string initial_weights_path(const Settings& settings, const std::string& mo
 struct Config {
   std::string name;                  // as written in --configs
   std::string system;                // "gradwire" or "ddp"
-  std::string hook;                  // ddp: allreduce, fp16, bf16, powersgd
+  std::string hook;                  // ddp: allreduce, fp16, bf16, powersgd, gradwire
   int powersgd_rank = 2;             // ddp:powersgd: matrix_approximation_rank
   long long powersgd_start = -1;     // ddp:powersgd: start_powerSGD_iter (-1: a tenth)
-  std::string codec;                 // gradwire allreduce: the --compressor spec
+  std::string codec;                 // gradwire allreduce: the --compressor spec;
+                                     // ddp:gradwire-CODEC: the hook's codec
   std::string updater, consistency;  // ps
   std::string gossip_trigger;        // gossip: every, period:K, adaptive (ring topology)
   bool gossip_wait = false;          // gossip-wait:TRIGGER: --gossip-wait

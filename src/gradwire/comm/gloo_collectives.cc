@@ -68,12 +68,7 @@ class GlooCollectives : public Collectives {
  public:
   GlooCollectives(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                   const GlooOptions& options)
-      : store_(std::move(store)),
-        rank_(rank),
-        size_(size),
-        timeout_(options.timeout),
-        slow_after_(std::min(options.slow_after, options.timeout / 4)),
-        failure_report_file_(options.failure_report_file) {
+      : GlooCollectives(std::move(store), rank, size, options, /*owns_group=*/true) {
     auto gloo_options = c10d::ProcessGroupGloo::Options::create();
     gloo_options->timeout = options.timeout;
     gloo_options->devices.push_back(
@@ -89,7 +84,18 @@ class GlooCollectives : public Collectives {
     }
   }
 
+  // Over a group the program made (torch.distributed's): its store may be null (no hang
+  // diagnosis then); every wait is bounded by options.timeout, not the group's own.
+  GlooCollectives(c10::intrusive_ptr<c10d::ProcessGroup> group,
+                  c10::intrusive_ptr<c10d::Store> store, const GlooOptions& options)
+      : GlooCollectives(std::move(store), group->getRank(), group->getSize(), options,
+                        /*owns_group=*/false) {
+    group_ = std::move(group);
+  }
+
   ~GlooCollectives() override {
+    // A group the program made is the program's to close.
+    if (!owns_group_) return;
     // On a normal exit, leave together so that no rank tears down connections a peer is
     // still reading. Not while an exception unwinds: the peers are then inside some other
     // collective, and a barrier would wait for the whole timeout before this rank can exit
@@ -239,6 +245,7 @@ class GlooCollectives : public Collectives {
   // Writes this rank's progress to the store (see slow_after). A store that cannot be
   // reached is left for fail() to report.
   void publish_progress(uint64_t sequence) {
+    if (!store_) return;
     try {
       const std::string value = std::to_string(sequence);
       store_->set(progress_key(rank_), std::vector<uint8_t>(value.begin(), value.end()));
@@ -249,6 +256,7 @@ class GlooCollectives : public Collectives {
   // The ranks whose published progress is below `sequence`; a note when the store is gone.
   std::vector<int> ranks_behind(uint64_t sequence, std::string& note) {
     std::vector<int> behind;
+    if (!store_) return behind;
     try {
       for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
@@ -292,6 +300,16 @@ class GlooCollectives : public Collectives {
   }
 
  private:
+  GlooCollectives(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
+                  const GlooOptions& options, bool owns_group)
+      : store_(std::move(store)),
+        rank_(rank),
+        size_(size),
+        timeout_(options.timeout),
+        slow_after_(std::min(options.slow_after, options.timeout / 4)),
+        failure_report_file_(options.failure_report_file),
+        owns_group_(owns_group) {}
+
   // Numbers the next collective; nothing leaves this rank (see slow_after).
   uint64_t begin(const char*) { return ++sequence_; }
 
@@ -305,12 +323,13 @@ class GlooCollectives : public Collectives {
   }
 
   c10::intrusive_ptr<c10d::Store> store_;
-  c10::intrusive_ptr<c10d::ProcessGroupGloo> group_;
+  c10::intrusive_ptr<c10d::ProcessGroup> group_;
   int rank_;
   int size_;
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds slow_after_;
   std::string failure_report_file_;
+  bool owns_group_;
   uint64_t sequence_ = 0;
   std::vector<int64_t> sizes_;                       // allgather_bytes's scratch, kept across calls
   Bytes padded_;                                     // allgather_bytes's send buffer
@@ -322,7 +341,7 @@ void GlooWork::wait() {
   bool slow = false;
   try {
     if (how_ == Wait::kWholeTimeout) {
-      work_->wait();
+      work_->wait(owner_->timeout());
       return;
     }
     try {
@@ -336,7 +355,7 @@ void GlooWork::wait() {
         slow = true;
         owner_->publish_progress(sequence_);
       }
-      work_->wait();
+      work_->wait(owner_->timeout());
     }
   } catch (const std::exception& e) {
     owner_->fail(sequence_, op_, e.what(), slow);
@@ -344,6 +363,12 @@ void GlooWork::wait() {
 }
 
 }  // namespace
+
+std::unique_ptr<Collectives> make_process_group_collectives(
+    c10::intrusive_ptr<c10d::ProcessGroup> group, c10::intrusive_ptr<c10d::Store> store,
+    const GlooOptions& options) {
+  return std::make_unique<GlooCollectives>(std::move(group), std::move(store), options);
+}
 
 std::unique_ptr<Collectives> make_gloo_collectives(c10::intrusive_ptr<c10d::Store> store, int rank,
                                                    int size, const GlooOptions& options) {

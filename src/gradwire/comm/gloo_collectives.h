@@ -8,6 +8,7 @@
 
 #include <memory>
 
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include "gradwire/comm/collectives.h"
@@ -29,5 +30,14 @@ struct GlooOptions {
 
 std::unique_ptr<Collectives> make_gloo_collectives(c10::intrusive_ptr<c10d::Store> store, int rank,
                                                    int size, const GlooOptions& options);
+
+// Collectives over a process group the program made (torch.distributed's, for the Python
+// module): rank and size are the group's. Every wait is bounded by options.timeout (the
+// group's own timeout, 30 minutes by default in torch.distributed, is not waited out); the
+// hang diagnosis above needs `store` (null: none, a failure names no rank). The group is
+// not closed on destruction. Only options.timeout, slow_after and failure_report_file apply.
+std::unique_ptr<Collectives> make_process_group_collectives(
+    c10::intrusive_ptr<c10d::ProcessGroup> group, c10::intrusive_ptr<c10d::Store> store,
+    const GlooOptions& options);
 
 }  // namespace gradwire::comm

@@ -172,10 +172,14 @@ DistributedOptimizer::DistributedOptimizer(std::shared_ptr<Context> context,
     m.strategy =
         make_ps_strategy(*m.context, *m.optimizer, codec, options.ps, m.correction.active());
   } else if (options.strategy == "gossip") {
-    m.strategy = make_gossip_strategy(m.context, codec, options.gossip);
+    auto gossip = make_gossip_strategy(m.context, codec, options.gossip);
+    m.gossip = gossip.get();
+    m.strategy = std::move(gossip);
   } else if (diloco) {
-    m.strategy = std::make_unique<strategy::diloco::DiLoCoStrategy>(m.context->collectives(),
-                                                                    diloco_options(options, codec));
+    auto d = std::make_unique<strategy::diloco::DiLoCoStrategy>(m.context->collectives(),
+                                                                diloco_options(options, codec));
+    m.diloco = d.get();
+    m.strategy = std::move(d);
   } else {
     m.strategy = strategy::create_allreduce_strategy(m.context->collectives(),
                                                      allreduce_options(options, codec));
@@ -370,17 +374,16 @@ Bytes note_bytes(const std::string& note) { return Bytes(note.begin(), note.end(
 }  // namespace
 
 std::optional<GossipSummary> DistributedOptimizer::gossip_summary() const {
-  const auto* gossip = dynamic_cast<strategy::gossip::GossipStrategy*>(impl_->strategy.get());
-  if (!gossip) return std::nullopt;
+  if (!impl_->gossip) return std::nullopt;
   if (impl_->gossip_final) return impl_->gossip_final;
-  return public_summary(gossip->stats());
+  return public_summary(impl_->gossip->stats());
 }
 
 namespace {
 
 // The job's gossip strategy; ConfigError naming `call` for any other strategy.
-strategy::gossip::GossipStrategy& gossip_of(strategy::Strategy& s, const char* call) {
-  auto* gossip = dynamic_cast<strategy::gossip::GossipStrategy*>(&s);
+strategy::gossip::GossipStrategy& gossip_of(strategy::gossip::GossipStrategy* gossip,
+                                            const char* call) {
   if (!gossip) throw ConfigError(std::string(call) + ": this job's strategy is not gossip");
   return *gossip;
 }
@@ -388,7 +391,7 @@ strategy::gossip::GossipStrategy& gossip_of(strategy::Strategy& s, const char* c
 }  // namespace
 
 std::optional<GossipReport> DistributedOptimizer::gossip_report(const std::string& note) {
-  auto& gossip = gossip_of(*impl_->strategy, "gossip_report");
+  auto& gossip = gossip_of(impl_->gossip, "gossip_report");
   torch::NoGradGuard no_grad;
   const auto view = gossip.report(note_bytes(note));
   if (!view) return std::nullopt;
@@ -396,7 +399,7 @@ std::optional<GossipReport> DistributedOptimizer::gossip_report(const std::strin
 }
 
 std::optional<GossipReport> DistributedOptimizer::finish_gossip(const std::string& note) {
-  auto& gossip = gossip_of(*impl_->strategy, "finish_gossip");
+  auto& gossip = gossip_of(impl_->gossip, "finish_gossip");
   torch::NoGradGuard no_grad;
   const auto view = gossip.finish_job(note_bytes(note));
   if (!view) return std::nullopt;
@@ -421,9 +424,8 @@ TrafficCounters DistributedOptimizer::traffic() const {
 const Context& DistributedOptimizer::context() const { return *impl_->context; }
 
 std::optional<DiLoCoSummary> DistributedOptimizer::diloco_summary() const {
-  const auto* d = dynamic_cast<const strategy::diloco::DiLoCoStrategy*>(impl_->strategy.get());
-  if (!d) return std::nullopt;
-  const auto s = d->stats();
+  if (!impl_->diloco) return std::nullopt;
+  const auto s = impl_->diloco->stats();
   return DiLoCoSummary{s.inner_steps, s.delay,  s.fragments,     s.steps,
                        s.exchanges,   s.rounds, s.bytes_on_wire, s.last_sync_step};
 }
@@ -446,7 +448,7 @@ std::optional<JobProgress> DistributedOptimizer::job_progress() const {
 }
 
 std::optional<JobSummary> DistributedOptimizer::finish() {
-  if (dynamic_cast<strategy::gossip::GossipStrategy*>(impl_->strategy.get())) {
+  if (impl_->gossip) {
     finish_gossip();
     return std::nullopt;
   }
@@ -459,7 +461,7 @@ std::optional<JobSummary> DistributedOptimizer::finish() {
     m.strategy->follow_parameters(params);
   }
   const auto s = m.strategy->finish();
-  if (dynamic_cast<strategy::diloco::DiLoCoStrategy*>(m.strategy.get()) && m.broadcast_buffers &&
+  if (m.diloco && m.broadcast_buffers &&
       !m.buffers.empty() && m.strategy->just_synchronized()) {
     m.broadcast_from_rank0(/*frozen_too=*/false);
   }

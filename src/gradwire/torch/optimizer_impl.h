@@ -31,6 +31,13 @@
 #include "gradwire/strategy/strategy.h"
 #include "gradwire/torch/momentum_correction.h"
 
+namespace gradwire::strategy::gossip {
+class GossipStrategy;
+}
+namespace gradwire::strategy::diloco {
+class DiLoCoStrategy;
+}
+
 namespace gradwire {
 
 struct DistributedOptimizer::Impl {
@@ -52,6 +59,9 @@ struct DistributedOptimizer::Impl {
   // exchange: Strategy::carry_broadcast), so step() does not.
   bool buffers_carried = false;
   std::unique_ptr<strategy::Strategy> strategy;
+  // The same strategy, kept typed where it is one of these (their summaries and finish).
+  strategy::gossip::GossipStrategy* gossip = nullptr;
+  strategy::diloco::DiLoCoStrategy* diloco = nullptr;
   std::string codec_spec;
   MomentumCorrection correction;
   bool claimed = false;

@@ -16,9 +16,9 @@
 
 namespace gradwire {
 
-std::unique_ptr<strategy::Strategy> make_gossip_strategy(const std::shared_ptr<Context>& context,
-                                                         const std::string& codec,
-                                                         const GossipOptions& gossip) {
+std::unique_ptr<strategy::gossip::GossipStrategy> make_gossip_strategy(
+    const std::shared_ptr<Context>& context, const std::string& codec,
+    const GossipOptions& gossip) {
   if (!(gossip.peer_timeout_s > 0)) throw ConfigError("gossip peer timeout must be positive");
   auto& collectives = context->collectives();
   strategy::gossip::GossipOptions o;

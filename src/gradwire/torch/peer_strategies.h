@@ -9,6 +9,7 @@
 #include <string>
 
 #include "gradwire/distributed_optimizer.h"
+#include "gradwire/strategy/gossip/gossip_strategy.h"
 #include "gradwire/strategy/strategy.h"
 
 namespace gradwire {
@@ -16,9 +17,9 @@ namespace gradwire {
 // A gossip worker: the job's token drawn by rank 0 and broadcast, then a peer socket per
 // worker whose endpoints the workers allgather. ConfigError for a timeout that is not
 // positive.
-std::unique_ptr<strategy::Strategy> make_gossip_strategy(const std::shared_ptr<Context>& context,
-                                                         const std::string& codec,
-                                                         const GossipOptions& gossip);
+std::unique_ptr<strategy::gossip::GossipStrategy> make_gossip_strategy(
+    const std::shared_ptr<Context>& context, const std::string& codec,
+    const GossipOptions& gossip);
 
 // A parameter-server worker connected to the job's servers, with the SGD settings of
 // `optimizer` (which must be a torch::optim::SGD without Nesterov or dampening: the servers

@@ -1,4 +1,5 @@
 #include "gradwire/strategy/adaptive/adaptive_strategy.h"
+#include "gradwire/core/statistics.h"
 
 #include <algorithm>
 #include <cmath>
@@ -40,13 +41,6 @@ std::string format_parameter(double value) {
   char text[32];
   std::snprintf(text, sizeof text, "%g", value);
   return text;
-}
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  std::sort(values.begin(), values.end());
-  const size_t n = values.size();
-  return n % 2 ? values[n / 2] : (values[n / 2 - 1] + values[n / 2]) / 2;
 }
 
 double squared_norm(std::span<const float> values) {
@@ -155,8 +149,10 @@ void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
         configuration_lines(name(), compress::CodecPolicy::parse(plan.policy), tensors);
     for (const auto& line : plan_lines) lines.push_back("plan " + plan.name + ": " + line);
   }
-  check_same_configuration(collectives_, lines);
-  broadcast_from_rank0(collectives_, params);
+  if (base_.agree_at_start) {
+    check_same_configuration(collectives_, lines);
+    broadcast_from_rank0(collectives_, params);
+  }
   tensors_.assign(tensors.begin(), tensors.end());
   params_ = params;
   for (size_t p = 0; p < options_.plans.size(); ++p) {

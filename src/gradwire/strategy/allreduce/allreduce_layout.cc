@@ -3,6 +3,7 @@
 #include <cstdio>
 
 #include "gradwire/compress/codec.h"
+#include "gradwire/core/statistics.h"
 #include "gradwire/core/error.h"
 #include "gradwire/strategy/allreduce/allreduce_bucket.h"
 #include "gradwire/strategy/allreduce/allreduce_strategy.h"
@@ -10,13 +11,6 @@
 
 namespace gradwire::strategy {
 namespace {
-
-double median(std::vector<double> values) {
-  if (values.empty()) return 0;
-  const size_t mid = values.size() / 2;
-  std::nth_element(values.begin(), values.begin() + mid, values.end());
-  return values[mid];
-}
 
 std::string milliseconds(double seconds) {
   char text[32];

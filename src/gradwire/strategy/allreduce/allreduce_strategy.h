@@ -59,7 +59,7 @@
 
 #include "gradwire/comm/collectives.h"
 #include "gradwire/comm/cost_model.h"
-#include "gradwire/strategy/allreduce/in_order_executor.h"
+#include "gradwire/strategy/in_order_executor.h"
 #include "gradwire/strategy/strategy.h"
 
 namespace gradwire::strategy {
@@ -81,8 +81,11 @@ struct AllreduceOptions {
   // runs on 2 hosts undid int8's proposal that every other run kept (its gain, 2-4 ms of
   // a 40 ms step, is about the spread of 10 pairs' median difference).
   size_t layout_pairs = 20;
-  // start() checks the ranks' configuration and broadcasts rank 0's parameters; an
-  // adaptive strategy that did both for all its plans turns it off.
+  // start() checks the ranks' configuration and broadcasts rank 0's parameters (an
+  // adaptive strategy's start() does both once for all its plans, and turns it off in
+  // theirs). Off, start() issues no collective and leaves the parameters alone: DDP's
+  // comm hook (torch/ddp_comm_hook.h) checks the configuration once for all its buckets,
+  // and its "parameters" are gradients.
   bool agree_at_start = true;
 };
 

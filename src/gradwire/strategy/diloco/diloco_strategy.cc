@@ -1,4 +1,5 @@
 #include "gradwire/strategy/diloco/diloco_strategy.h"
+#include "gradwire/core/statistics.h"
 
 #include <algorithm>
 #include <cmath>
@@ -22,11 +23,6 @@ std::string number(double v) {
   char text[32];
   std::snprintf(text, sizeof text, "%.17g", v);
   return text;
-}
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
 }
 
 }  // namespace
@@ -349,6 +345,21 @@ std::vector<std::vector<size_t>> DiLoCoStrategy::fragment_tensors() const {
 // traffic | per fragment: synced_at, theta_g, m, codec states | the exchange in flight
 // (fragment or -1, land_at, its mean, theta_sent, its traffic): waited for first, so a
 // resumed job merges at the same step what the saved one would have.
+void DiLoCoStrategy::global_parameters(const FloatSpans& out) const {
+  if (!executor_) throw Error("DiLoCoStrategy: global_parameters before start");
+  for (const Fragment& fragment : fragments_) {
+    size_t offset = 0;
+    for (size_t k : fragment.tensors) {
+      if (k >= out.size() || out[k].size() != params_[k].size()) {
+        throw Error("global_parameters: the output does not have the parameters' shapes");
+      }
+      std::copy_n(fragment.global.begin() + static_cast<ptrdiff_t>(offset), out[k].size(),
+                  out[k].begin());
+      offset += out[k].size();
+    }
+  }
+}
+
 void DiLoCoStrategy::save_state(Bytes& out) const {
   wait_in_flight();
   ByteWriter w(out);

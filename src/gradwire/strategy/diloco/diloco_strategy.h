@@ -37,7 +37,7 @@
 
 #include "gradwire/comm/collectives.h"
 #include "gradwire/comm/cost_model.h"
-#include "gradwire/strategy/allreduce/in_order_executor.h"
+#include "gradwire/strategy/in_order_executor.h"
 #include "gradwire/strategy/diloco/fragments.h"
 #include "gradwire/strategy/diloco/outer_exchange.h"
 #include "gradwire/strategy/strategy.h"
@@ -103,6 +103,10 @@ class DiLoCoStrategy : public Strategy {
   void load_state(ByteReader& in) override;
 
   DiLoCoStats stats() const;
+  // theta_g: every fragment's parameters as of its last synchronization (equal on every
+  // rank: the model the ranks agree on, to evaluate), written into `out` (shaped as the
+  // parameters). Between steps.
+  void global_parameters(const FloatSpans& out) const;
   // For tests: the fragments' tensors.
   std::vector<std::vector<size_t>> fragment_tensors() const;
 

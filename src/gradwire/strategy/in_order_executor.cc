@@ -1,4 +1,4 @@
-#include "gradwire/strategy/allreduce/in_order_executor.h"
+#include "gradwire/strategy/in_order_executor.h"
 
 #include <string>
 

@@ -1,0 +1,56 @@
+#!/usr/bin/python3
+"""README's first-screen table: for a few measured matrices, gradwire's configuration
+against the best DDP configuration of the same run (the one reaching the target in the
+most seeds, then soonest), the time to the target taken seed by seed: mean [min, max] of
+gradwire's time over DDP's, with the verdict (every seed below 1: faster; above: slower;
+else not resolved), and beside it the compute floor's (gradwire `none` on unshaped links in
+the same rounds: what no exchange at all would give) over DDP's. Prints Markdown; run in docs/results/headline (docs_tables.py does).
+
+    headline_table.py ..    (the folder holding the matrices' folders)
+"""
+import os
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e"))
+import plot_e2e  # noqa: E402
+
+# (folder, hosts, the gradwire configuration as its name starts, what it is in words)
+ROWS = [
+    ("e2e-cnn-2hosts-100mbit-seeds", 2, "int8", "int8 + error feedback"),
+    ("e2e-cnn-2hosts-100mbit-seeds", 2, "auto", "auto (the default)"),
+    ("e2e-gpt-4hosts-100mbit-seeds", 4, "auto", "auto (the default)"),
+    ("e2e-gpt-4hosts-10mbit-diloco-seeds", 4, "diloco:inner_steps=auto", "DiLoCo, 4-bit, auto H"),
+    ("e2e-cnn-wide-4hosts-diloco-seeds", 4, "diloco:inner_steps=auto", "DiLoCo, 4-bit, auto H"),
+]
+
+
+def main(root):
+    lines = ["| model | link | hosts | gradwire | baseline: DDP's best hook | target | "
+             "time to target, gradwire / DDP | verdict | the compute floor / DDP | seeds |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for folder, hosts, prefix, words in ROWS:
+        results = plot_e2e.Results(os.path.join(root, folder))
+        summary = results.summary
+        for model in results.models:
+            for bw in results.bandwidths:
+                best = plot_e2e.best_ddp(summary, model, bw, results.configs)
+                configs = [c for c in results.configs if c.startswith(prefix)
+                           and (model, bw, c) in summary]
+                if not best or not configs:
+                    continue
+                mine = summary[(model, bw, configs[0])]
+                theirs = summary[(model, bw, best)]
+                r = plot_e2e.ratios(mine["per_seed"], theirs["per_seed"], "target")
+                target = mine["metric"].target(mine["target"])
+                floors = [k for k in summary if k[0] == model and k[1] == "floor"]
+                floor = (plot_e2e.ratio_text(plot_e2e.ratios(
+                    summary[floors[0]]["per_seed"], theirs["per_seed"], "target"))
+                    if floors else "")
+                lines.append(f"| {model} | {bw} | {hosts} | {words} | `{best}` | {target} | "
+                             f"{plot_e2e.ratio_text(r)} | {plot_e2e.verdict(r)} | {floor} | "
+                             f"{len(r)} |")
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "..")

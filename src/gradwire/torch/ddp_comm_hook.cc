@@ -1,0 +1,319 @@
+#include "gradwire/torch/ddp_comm_hook.h"
+
+#include <ATen/ATen.h>
+
+#include <algorithm>
+#include <exception>
+#include <utility>
+
+#include "gradwire/compress/layer_classification.h"
+#include "gradwire/core/error.h"
+#include "gradwire/strategy/agreement.h"
+#include "gradwire/strategy/registry.h"
+
+namespace gradwire {
+namespace {
+
+constexpr uint32_t kStateMagic = 0x4b484757;  // "GWHK"
+constexpr uint32_t kStateVersion = 1;
+
+std::string shape_text(const std::vector<int64_t>& shape) {
+  std::string text = "[";
+  for (size_t d = 0; d < shape.size(); ++d) text += (d ? "," : "") + std::to_string(shape[d]);
+  return text + "]";
+}
+
+size_t numel_of(const std::vector<int64_t>& shape) {
+  size_t n = 1;
+  for (int64_t d : shape) {
+    if (d < 0) throw ConfigError("a negative dimension in shape " + shape_text(shape));
+    n *= static_cast<size_t>(d);
+  }
+  return n;
+}
+
+strategy::AllreduceOptions strategy_options(const CommHookOptions& options) {
+  strategy::AllreduceOptions o;
+  o.codec = options.codec;
+  o.sparse_aggregation = options.sparse_aggregation;
+  o.bucket_bytes = options.bucket_bytes;
+  o.first_bucket_bytes = options.first_bucket_bytes;
+  o.overlap = options.overlap;
+  // The hook checks the configuration once (construction); the "parameters" it starts the
+  // strategy with are gradients, which must not be broadcast.
+  o.agree_at_start = false;
+  return o;
+}
+
+}  // namespace
+
+DdpCommHook::DdpCommHook(std::unique_ptr<comm::Collectives> collectives, CommHookOptions options)
+    : collectives_(std::move(collectives)), options_(std::move(options)) {
+  if (options_.codec.empty()) options_.codec = "auto";
+  codec_ = strategy::canonical_codec(options_.codec);
+  options_.codec = codec_;
+  // A strategy over one small tensor: a bad option throws here, on every rank alike,
+  // before the ranks compare configurations.
+  {
+    auto probe = strategy::create_allreduce_strategy(*collectives_, strategy_options(options_));
+    std::vector<float> one(16, 0.0f);
+    const compress::TensorInfo info{"probe", {16}, compress::LayerKind::kOther};
+    probe->start(std::span<const compress::TensorInfo>(&info, 1), {std::span<float>(one)});
+  }
+  strategy::check_same_configuration(
+      *collectives_,
+      {"ddp comm hook", "codec " + codec_, "sparse aggregation " + options_.sparse_aggregation,
+       "bucket bytes " + std::to_string(options_.bucket_bytes) + " first " +
+           std::to_string(options_.first_bucket_bytes),
+       std::string("overlap ") + (options_.overlap ? "on" : "off")});
+}
+
+DdpCommHook::~DdpCommHook() = default;
+
+c10::intrusive_ptr<c10::ivalue::Future> DdpCommHook::exchange(
+    const at::Tensor& buffer, const std::vector<int64_t>& keys,
+    const std::vector<std::vector<int64_t>>& shapes, const std::vector<std::string>& names,
+    bool is_last) {
+  if (!buffer.device().is_cpu()) {
+    throw ConfigError(
+        "gradwire's DDP hook runs on CPU tensors only; this model's gradients are on " +
+        buffer.device().str() + " (CUDA models are not supported yet)");
+  }
+  if (buffer.scalar_type() != at::kFloat || !buffer.is_contiguous()) {
+    throw ConfigError("gradwire's DDP hook needs contiguous float32 gradients; a bucket holds " +
+                      std::string(c10::toString(buffer.scalar_type())));
+  }
+  if (keys.size() != shapes.size() || (!names.empty() && names.size() != shapes.size())) {
+    throw ConfigError("a bucket of " + std::to_string(shapes.size()) + " shapes, " +
+                      std::to_string(keys.size()) + " parameters and " +
+                      std::to_string(names.size()) + " names");
+  }
+  size_t total = 0;
+  for (const auto& shape : shapes) total += numel_of(shape);
+  if (total != static_cast<size_t>(buffer.numel())) {
+    throw ConfigError("a bucket of " + std::to_string(buffer.numel()) +
+                      " elements whose parameters' shapes hold " + std::to_string(total));
+  }
+
+  auto done = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
+  pending_.push_back({buffer, done});
+  float* data = buffer.data_ptr<float>();
+  for (size_t j = 0; j < keys.size(); ++j) {
+    const size_t n = numel_of(shapes[j]);
+    const std::span<float> grad(data, n);
+    data += n;
+    auto found = index_of_.find(keys[j]);
+    if (!strategy_) {
+      // The first step: the parameters in the order DDP shows them.
+      if (found != index_of_.end()) continue;  // seen twice: DDP never does
+      index_of_.emplace(keys[j], tensors_.size());
+      compress::TensorInfo info;
+      info.name = names.empty() ? "param" + std::to_string(tensors_.size()) : names[j];
+      info.shape = shapes[j];
+      info.kind = compress::classify_parameter(info.name, info.shape);
+      tensors_.push_back(std::move(info));
+      spans_.push_back(grad);
+      continue;
+    }
+    if (found == index_of_.end()) {
+      throw ConfigError("parameter '" + (names.empty() ? std::string("?") : names[j]) +
+                        "' was not in the first step's buckets; gradwire's DDP hook exchanges "
+                        "the parameters DDP showed it in its first step");
+    }
+    const size_t k = found->second;
+    if (tensors_[k].shape != shapes[j]) {
+      throw ConfigError("parameter '" + tensors_[k].name + "' was " +
+                        shape_text(tensors_[k].shape) + " and is now " + shape_text(shapes[j]));
+    }
+    spans_[k] = grad;
+    reported_[k] = 1;
+    if (broken_.empty()) {
+      try {
+        strategy_->gradient_ready(k, grad);
+      } catch (const std::exception& e) {
+        broken_ = e.what();
+      }
+    }
+  }
+  if (is_last) {
+    if (!strategy_ && broken_.empty()) {
+      try {
+        create_strategy();
+      } catch (...) {
+        fail_step(std::current_exception());
+        return done;
+      }
+    }
+    finish_step();
+  }
+  return done;
+}
+
+void DdpCommHook::create_strategy() {
+  // Numbered so that the strategy, which fills its buckets from the highest index down
+  // (the order backward finishes a libtorch model's registered parameters), fills them in
+  // the order DDP handed the buckets over: the order backward finished them here.
+  const size_t n = tensors_.size();
+  std::reverse(tensors_.begin(), tensors_.end());
+  std::reverse(spans_.begin(), spans_.end());
+  for (auto& [key, index] : index_of_) index = n - 1 - index;
+  strategy_ = strategy::create_allreduce_strategy(*collectives_, strategy_options(options_));
+  strategy_->start(tensors_, spans_);  // issues no collective, touches no span
+  status_.assign(1, 0.0f);
+  status_carried_ = strategy_->carry_status(status_);
+  reported_.assign(n, 1);  // this step showed every one of them
+  if (loaded_) {
+    const Bytes bytes = std::move(*loaded_);
+    loaded_.reset();
+    load_state(bytes);
+  }
+}
+
+void DdpCommHook::finish_step() {
+  try {
+    if (!broken_.empty()) throw Error("an earlier exchange of this hook failed: " + broken_);
+    for (size_t k = 0; k < reported_.size(); ++k) {
+      if (!reported_[k]) {
+        throw ConfigError("parameter '" + tensors_[k].name +
+                          "' was in no bucket of this step; gradwire's DDP hook needs every "
+                          "parameter of the first step in every step");
+      }
+    }
+    std::string failure;
+    try {
+      status_[0] = 0.0f;
+      strategy_->synchronize(spans_);
+      failure = agreed_failure(strategy_->take_local_failure());
+    } catch (const std::exception& e) {
+      broken_ = e.what();  // a collective failed: the ranks may no longer be in step
+      throw;
+    }
+    if (!failure.empty()) throw Error(failure);
+  } catch (...) {
+    fail_step(std::current_exception());
+    return;
+  }
+  std::fill(reported_.begin(), reported_.end(), 0);
+  auto pending = std::move(pending_);
+  pending_.clear();
+  for (auto& p : pending) p.done->markCompleted(c10::IValue(p.buffer));
+}
+
+void DdpCommHook::fail_step(std::exception_ptr error) {
+  std::fill(reported_.begin(), reported_.end(), 0);
+  auto pending = std::move(pending_);
+  pending_.clear();
+  for (auto& p : pending) p.done->setError(error);
+}
+
+std::string DdpCommHook::agreed_failure(const std::string& local_failure) {
+  if (!local_failure.empty()) status_[0] = 1.0f;
+  if (!status_carried_ && collectives_->size() > 1) {
+    collectives_->allreduce_max(status_.data(), status_.size());
+  }
+  if (status_[0] == 0.0f) return {};
+  const auto all = collectives_->allgather_bytes(std::span<const uint8_t>(
+      reinterpret_cast<const uint8_t*>(local_failure.data()), local_failure.size()));
+  std::string message = "the gradient exchange failed";
+  bool named = false;
+  for (size_t r = 0; r < all.size(); ++r) {
+    if (all[r].empty()) continue;
+    message += (named ? "; rank " : " on rank ") + std::to_string(r) + ": " +
+               std::string(all[r].begin(), all[r].end());
+    named = true;
+  }
+  return message + ". No rank's gradients hold the average of this step";
+}
+
+strategy::TrafficStats DdpCommHook::traffic() const {
+  return strategy_ ? strategy_->traffic() : strategy::TrafficStats{};
+}
+
+std::vector<std::string> DdpCommHook::take_decisions() {
+  std::vector<std::string> lines;
+  if (!strategy_) return lines;
+  for (const auto& d : strategy_->take_decisions()) {
+    lines.push_back("step " + std::to_string(d.step) + ": " + d.plan + " (" + d.reason + ")");
+  }
+  return lines;
+}
+
+std::string DdpCommHook::bucket_layout() const {
+  return strategy_ ? strategy_->bucket_layout_summary() : std::string();
+}
+
+Bytes DdpCommHook::save_state() const {
+  if (!strategy_ && loaded_) return *loaded_;
+  Bytes out;
+  ByteWriter writer(out);
+  writer.put<uint32_t>(kStateMagic);
+  writer.put<uint32_t>(kStateVersion);
+  writer.put_string(codec_);
+  writer.put<uint32_t>(static_cast<uint32_t>(strategy_ ? tensors_.size() : 0));
+  if (!strategy_) return out;
+  for (const auto& t : tensors_) {
+    writer.put<uint32_t>(static_cast<uint32_t>(t.shape.size()));
+    writer.put_array<int64_t>(t.shape);
+  }
+  Bytes state;
+  strategy_->save_state(state);
+  put_section(out, state);
+  return out;
+}
+
+void DdpCommHook::load_state(const Bytes& bytes) {
+  ByteReader in(bytes);
+  if (in.get<uint32_t>("hook state magic") != kStateMagic) {
+    throw PayloadError("not a gradwire DDP hook state");
+  }
+  if (const auto version = in.get<uint32_t>("hook state version"); version != kStateVersion) {
+    throw PayloadError("a DDP hook state of version " + std::to_string(version) +
+                       "; this gradwire reads version " + std::to_string(kStateVersion));
+  }
+  const std::string codec = in.get_string("hook state codec");
+  if (codec != codec_) {
+    throw MismatchError("the hook state was saved with codec '" + codec + "'; this hook runs '" +
+                        codec_ + "'");
+  }
+  std::vector<std::vector<int64_t>> shapes(in.get<uint32_t>("hook state parameters"));
+  for (auto& shape : shapes) {
+    shape.resize(in.get<uint32_t>("parameter dimensions"));
+    in.get_array<int64_t>(shape, "parameter shape");
+  }
+  if (shapes.empty()) {  // saved before its first step: nothing to restore
+    in.expect_end("a DDP hook state");
+    return;
+  }
+  ByteReader section = get_section(in, "hook strategy state");
+  in.expect_end("a DDP hook state");
+  if (!strategy_) {
+    loaded_ = std::make_unique<Bytes>(bytes);  // restored when the first step made it
+    return;
+  }
+  check_state_fits(shapes);
+  try {
+    strategy_->load_state(section);
+    section.expect_end("a DDP hook's strategy state");
+  } catch (const std::exception& e) {
+    // A strategy whose state did not load must not be used (Strategy::load_state).
+    broken_ = std::string("its state did not load: ") + e.what();
+    throw;
+  }
+  broken_.clear();
+}
+
+void DdpCommHook::check_state_fits(const std::vector<std::vector<int64_t>>& shapes) const {
+  if (shapes.size() != tensors_.size()) {
+    throw MismatchError("the hook state holds " + std::to_string(shapes.size()) +
+                        " parameters; this model has " + std::to_string(tensors_.size()));
+  }
+  for (size_t k = 0; k < shapes.size(); ++k) {
+    if (shapes[k] != tensors_[k].shape) {
+      throw MismatchError("the hook state's parameter " + std::to_string(k) + " is " +
+                          shape_text(shapes[k]) + "; this model's ('" + tensors_[k].name +
+                          "') is " + shape_text(tensors_[k].shape));
+    }
+  }
+}
+
+}  // namespace gradwire

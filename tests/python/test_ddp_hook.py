@@ -1,0 +1,372 @@
+"""gradwire.ddp.hook against PyTorch's own DDP: parity with DDP's allreduce, each codec's
+average against the exact mean, state through a checkpoint, DDP's modes, and every
+failure raised on every rank. Each test runs real ranks (tests/python/ranks.py)."""
+import io
+import pickle
+
+import pytest
+import torch
+import torch.distributed as dist
+import torch.nn as nn
+import torch.nn.functional as F
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+import gradwire
+from ranks import RankFailure, expect_success, run_ranks
+
+# Small buckets, so that every model is several buckets (and DDP rebuilds them).
+BUCKET_MB = 0.004
+
+
+class Net(nn.Module):
+    def __init__(self, unused_branch=False):
+        super().__init__()
+        self.conv = nn.Conv2d(1, 4, 3)
+        self.fc1 = nn.Linear(4 * 6 * 6, 32)
+        self.fc2 = nn.Linear(32, 5)
+        self.unused = nn.Linear(32, 5) if unused_branch else None
+
+    def forward(self, x):
+        x = F.relu(self.conv(x)).flatten(1)
+        return self.fc2(F.relu(self.fc1(x)))
+
+
+def batches(rank, steps, n=8, seed=0):
+    g = torch.Generator().manual_seed(1000 * seed + rank)
+    return [(torch.randn(n, 1, 8, 8, generator=g), torch.randint(0, 5, (n,), generator=g))
+            for _ in range(steps)]
+
+
+def train(rank, codec, steps, ddp_kwargs=None, accumulate=1, seed=0, unused_branch=False,
+          lr=0.05):
+    """Trains Net under DDP (with gradwire's hook unless codec is None); returns the
+    parameters and losses. `accumulate` > 1 runs that many micro-batches a step, all but
+    the last under no_sync()."""
+    torch.manual_seed(seed)
+    model = Net(unused_branch)
+    ddp = DDP(model, bucket_cap_mb=BUCKET_MB, **(ddp_kwargs or {}))
+    if codec is not None:
+        state, hook = gradwire.ddp.hook(codec, model=model)
+        ddp.register_comm_hook(state, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
+    losses = []
+    data = batches(rank, steps * accumulate, seed=seed)
+    for step in range(steps):
+        opt.zero_grad()
+        for micro in range(accumulate):
+            x, y = data[step * accumulate + micro]
+            if micro + 1 < accumulate:
+                with ddp.no_sync():
+                    F.cross_entropy(ddp(x), y).backward()
+            else:
+                loss = F.cross_entropy(ddp(x), y)
+                loss.backward()
+        opt.step()
+        losses.append(loss.item())
+    return [p.detach().clone() for p in model.parameters()], losses
+
+
+def assert_params_equal(a, b, what):
+    for k, (x, y) in enumerate(zip(a, b)):
+        assert torch.equal(x, y), "%s: parameter %d differs by %g" % (
+            what, k, (x - y).abs().max().item())
+
+
+# --- parity with DDP's own allreduce -----------------------------------------------------
+
+def parity_worker(rank, world):
+    return train(rank, None, 20)[0], train(rank, "none", 20)[0]
+
+
+@pytest.mark.parametrize("world", [2, 4])
+def test_none_equals_ddp_allreduce(world):
+    # Both divide each gradient by the world size (exactly: W is a power of two) and sum
+    # with Gloo's allreduce, but over buckets of their own sizes: Gloo's ring adds the ranks'
+    # values of a coordinate in an order that depends on where the coordinate falls in the
+    # buffer. Two ranks' a + b is the same in either order: bit for bit. Four ranks' sums
+    # may round differently (a few ulp a step): equal within 1e-6 after 20 steps.
+    for rank, (ddp_params, hook_params) in enumerate(expect_success(
+            run_ranks(world, parity_worker))):
+        if world == 2:
+            assert_params_equal(ddp_params, hook_params, "rank %d" % rank)
+        else:
+            for k, (x, y) in enumerate(zip(ddp_params, hook_params)):
+                assert (x - y).abs().max().item() <= 1e-6, (rank, k)
+
+
+def modes_worker(rank, world):
+    out = {}
+    modes = {
+        "no_sync": ({}, 2, False),
+        "find_unused_parameters": ({"find_unused_parameters": True}, 1, True),
+        "gradient_as_bucket_view": ({"gradient_as_bucket_view": True}, 1, False),
+        "static_graph": ({"static_graph": True}, 1, False),
+    }
+    for name, (kwargs, accumulate, unused) in modes.items():
+        ref = train(rank, None, 12, kwargs, accumulate, unused_branch=unused)[0]
+        got = train(rank, "none", 12, kwargs, accumulate, unused_branch=unused)[0]
+        int8 = train(rank, "int8", 12, kwargs, accumulate, unused_branch=unused)[0]
+        out[name] = (ref, got, int8)
+    return out
+
+
+def test_ddp_modes_match_ddp_allreduce():
+    results = expect_success(run_ranks(2, modes_worker))
+    for name in results[0]:
+        for rank in range(2):
+            ref, got, _ = results[rank][name]
+            assert_params_equal(ref, got, "%s, rank %d" % (name, rank))
+        # int8 trains too, and leaves both ranks with one model.
+        assert_params_equal(results[0][name][2], results[1][name][2], name + " int8")
+
+
+# --- each codec's average ----------------------------------------------------------------
+
+def rank_gradient(rank, n, step=0):
+    g = torch.Generator().manual_seed(7919 * step + rank)
+    return torch.randn(n, generator=g) * (1 + rank)
+
+
+# (codec, bound on one step's |average - mean| / max|mean|, or None for no one-step bound)
+ONE_STEP = [
+    ("none", 1e-6),
+    ("fp16", 2e-3),
+    ("bf16", 1.6e-2),
+    ("int8", None),  # per block: half a level of the largest |g| over ranks, see below
+]
+STEPS = 40
+# Over STEPS steps of one gradient per rank, the relative distance of the mean decoded
+# average from the exact mean is |residual| / (STEPS |mean|): what the codec holds back.
+# A sparsifier of density d holds about 1/d steps of gradient (1 / (0.05 x 40) = 0.5); a
+# rank-2 PowerSGD of a rank-30 matrix most of the other directions; an unbiased quantizer
+# (qsgd, terngrad) or signSGD a few steps' worth. A codec that lost what it did not send
+# would stay about 1 - d (sparsifiers) or its one-step error away.
+EF_BOUND = {"powersgd:rank=2": 0.3, "topk:density=0.05": 0.6, "laplace-topk:density=0.05": 0.6,
+            "randomk:density=0.05": 0.6, "dgc:density=0.05": 0.6, "qsgd": 0.25,
+            "terngrad": 0.25, "signsgd": 0.25}
+EF_CODECS = ["int8", "powersgd:rank=2", "topk:density=0.05", "laplace-topk:density=0.05",
+             "randomk:density=0.05", "dgc:density=0.05", "2bit", "qsgd", "terngrad",
+             "signsgd", "int4", "hylo"]
+
+
+def codec_average_worker(rank, world, codecs, steps):
+    shape = [30, 40]
+    n = 30 * 40
+    out = {}
+    for codec in codecs:
+        state, _ = gradwire.ddp.hook(codec)
+        total = torch.zeros(n)
+        first = None
+        for step in range(steps):
+            buffer = rank_gradient(rank, n).clone()  # the same gradient every step
+            fut = state._impl.exchange(buffer, [1], [shape], ["fc.weight"], True)
+            avg = fut.wait()
+            assert avg.data_ptr() == buffer.data_ptr()  # in place, the bucket's own memory
+            if first is None:
+                first = avg.clone()
+            total += avg
+        out[codec] = (first, total / steps)
+    return out
+
+
+def test_each_codec_averages_within_its_bound():
+    world = 2
+    n = 30 * 40
+    codecs = [c for c, _ in ONE_STEP] + EF_CODECS
+    results = expect_success(run_ranks(world, codec_average_worker, codecs, STEPS))
+    mean = sum(rank_gradient(r, n) for r in range(world)) / world
+    scale = mean.abs().max().item()
+    failures = []
+    for codec in codecs:
+        first0, avg0 = results[0][codec]
+        for rank in range(1, world):
+            if not torch.equal(results[rank][codec][0], first0):
+                failures.append(codec + ": ranks differ")
+        bound = dict(ONE_STEP).get(codec)
+        err = (first0 - mean).abs().max().item()
+        if codec == "int8":
+            # Shared scale: every rank rounds to levels of step max|g| / floor(127 / W).
+            level = max(rank_gradient(r, n).abs().max().item() for r in range(world)) / (127 // world)
+            if err > 0.5 * level + 1e-6:
+                failures.append("int8: one step off by %g, half a level is %g" % (err, level / 2))
+        elif bound is not None and err / scale > bound:
+            failures.append("%s: one step off by %g of max|mean| (bound %g)" % (codec, err / scale, bound))
+        # Error feedback delays what a step does not send, never loses it: over the steps,
+        # with the same gradients every step, the average of the averages approaches the
+        # mean as (the residual) / steps.
+        if codec in EF_CODECS:
+            rel = (avg0 - mean).norm().item() / mean.norm().item()
+            if rel > EF_BOUND.get(codec, 0.1):
+                failures.append("%s: %d steps average %.3f off the mean (relative)" % (codec, STEPS, rel))
+    assert not failures, "\n".join(failures)
+
+
+def codec_training_worker(rank, world, codecs):
+    out = {}
+    for codec in codecs:
+        params, losses = train(rank, codec, 30, lr=0.02)
+        out[codec] = (params, losses)
+    return out
+
+
+def test_each_codec_trains_ddp_with_equal_ranks():
+    codecs = ["fp16", "int8", "powersgd:rank=2", "topk:density=0.05", "2bit", "hylo", "auto"]
+    results = expect_success(run_ranks(2, codec_training_worker, codecs))
+    for codec in codecs:
+        assert_params_equal(results[0][codec][0], results[1][codec][0], codec)
+        losses = results[0][codec][1]
+        first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
+        assert last < first, "%s: loss %.3f -> %.3f" % (codec, first, last)
+
+
+# --- state through a checkpoint ----------------------------------------------------------
+
+def resume_worker(rank, world, codec, how):
+    data = batches(rank, 16, seed=3)
+
+    def step(ddp, opt, x, y):
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+
+    torch.manual_seed(0)
+    model = Net()
+    ddp = DDP(model, bucket_cap_mb=BUCKET_MB)
+    state, hook = gradwire.ddp.hook(codec)
+    ddp.register_comm_hook(state, hook)
+    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
+    for x, y in data[:10]:
+        step(ddp, opt, x, y)
+    blob = io.BytesIO()
+    hook_state = state.state_dict() if how == "state_dict" else pickle.dumps(state)
+    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "hook": hook_state}, blob)
+    for x, y in data[10:]:  # the uninterrupted run goes on
+        step(ddp, opt, x, y)
+    uninterrupted = [p.detach().clone() for p in model.parameters()]
+
+    # The resumed run: a new model, optimizer, DDP and hook state from the checkpoint.
+    blob.seek(0)
+    saved = torch.load(blob)
+    resumed = Net()
+    resumed.load_state_dict(saved["model"])
+    ddp2 = DDP(resumed, bucket_cap_mb=BUCKET_MB)
+    if how == "state_dict":
+        state2, hook2 = gradwire.ddp.hook(codec)
+        state2.load_state_dict(saved["hook"])
+    else:
+        state2, hook2 = pickle.loads(saved["hook"]), gradwire.ddp._gradwire_hook
+    ddp2.register_comm_hook(state2, hook2)
+    opt2 = torch.optim.SGD(resumed.parameters(), lr=0.05, momentum=0.9)
+    opt2.load_state_dict(saved["opt"])
+    for x, y in data[10:]:
+        step(ddp2, opt2, x, y)
+    return uninterrupted, [p.detach().clone() for p in resumed.parameters()]
+
+
+@pytest.mark.parametrize("codec,how", [("int8", "state_dict"), ("powersgd:rank=2", "pickle")])
+def test_resumed_run_equals_uninterrupted(codec, how):
+    # The resumed DDP starts from its first-iteration buckets and rebuilds them, where the
+    # uninterrupted one does not: gradwire's exchange does not depend on DDP's buckets.
+    for rank, (a, b) in enumerate(expect_success(run_ranks(2, resume_worker, codec, how))):
+        assert_params_equal(a, b, "%s via %s, rank %d" % (codec, how, rank))
+
+
+# --- failures: a typed exception on every rank, promptly ----------------------------------
+
+def bad_input_worker(rank, world):
+    out = {}
+
+    def outcome(fn):
+        try:
+            fn()
+            return "ok"
+        except gradwire.Error as e:
+            return (type(e).__name__, str(e))
+    out["unknown"] = outcome(lambda: gradwire.ddp.hook("nosuch"))
+    out["bad_option"] = outcome(lambda: gradwire.ddp.hook("topk:density=7"))
+    out["differ"] = outcome(lambda: gradwire.ddp.hook("int8" if rank == 0 else "fp16"))
+    int8, _ = gradwire.ddp.hook("int8")
+    fp16, _ = gradwire.ddp.hook("fp16")
+    out["other_codec_state"] = outcome(lambda: int8.load_state_dict(fp16.state_dict()))
+    garbage = dict(int8.state_dict(), state=b"\x01\x02\x03")
+    out["garbage_state"] = outcome(lambda: int8.load_state_dict(garbage))
+
+    def float64_model():
+        model = DDP(Net().double(), bucket_cap_mb=BUCKET_MB)
+        state, hook = gradwire.ddp.hook("int8")
+        model.register_comm_hook(state, hook)
+        F.cross_entropy(model(torch.randn(4, 1, 8, 8).double()),
+                        torch.zeros(4, dtype=torch.long)).backward()
+    try:
+        float64_model()
+        out["float64"] = "ok"
+    except Exception as e:  # noqa: BLE001
+        out["float64"] = (type(e).__name__, str(e))
+    return out
+
+
+def test_bad_inputs_raise_named_errors_on_every_rank():
+    results = expect_success(run_ranks(2, bad_input_worker))
+    for rank, out in enumerate(results):
+        assert out["unknown"][0] == "ConfigError" and "nosuch" in out["unknown"][1], out
+        assert out["bad_option"][0] == "ConfigError" and "density" in out["bad_option"][1], out
+        assert out["differ"][0] == "MismatchError", out
+        assert "int8" in out["differ"][1] and "fp16" in out["differ"][1], out
+        assert out["other_codec_state"][0] == "MismatchError", out
+        assert out["garbage_state"][0] == "PayloadError", out
+        assert out["float64"][0] == "ConfigError" and "float32" in out["float64"][1], out
+
+
+def nan_worker(rank, world):
+    torch.manual_seed(0)
+    model = Net()
+    ddp = DDP(model, bucket_cap_mb=BUCKET_MB)
+    state, hook = gradwire.ddp.hook("int8")
+    ddp.register_comm_hook(state, hook)
+    out = []
+    for step, (x, y) in enumerate(batches(rank, 4)):
+        if step == 2 and rank == 1:
+            x = x * float("nan")
+        try:
+            F.cross_entropy(ddp(x), y).backward()
+            out.append("ok")
+        except Exception as e:  # noqa: BLE001
+            out.append((type(e).__name__, str(e)))
+        ddp.zero_grad()
+    return out
+
+
+def test_a_refused_gradient_fails_the_step_on_every_rank():
+    for rank, out in enumerate(expect_success(run_ranks(2, nan_worker))):
+        assert out[0] == out[1] == out[3] == "ok", (rank, out)
+        name, message = out[2]
+        assert name == "Error" and "rank 1" in message and "non-finite" in message, (rank, out)
+
+
+def dead_peer_worker(rank, world, timeout):
+    import os
+    import time
+    torch.manual_seed(0)
+    ddp = DDP(Net(), bucket_cap_mb=BUCKET_MB)
+    state, hook = gradwire.ddp.hook("int8", timeout=timeout)
+    ddp.register_comm_hook(state, hook)
+    for step, (x, y) in enumerate(batches(rank, 6)):
+        if step == 3 and rank == world - 1:
+            os._exit(3)  # killed before its fourth backward
+        start = time.monotonic()
+        try:
+            F.cross_entropy(ddp(x), y).backward()
+        except gradwire.Error as e:
+            return (type(e).__name__, str(e), time.monotonic() - start, step)
+    return "no failure"
+
+
+def test_a_dead_peer_fails_every_other_rank_within_the_timeout():
+    timeout = 6.0
+    results = run_ranks(3, dead_peer_worker, timeout, timeout=90)
+    for rank in range(2):
+        assert isinstance(results[rank], tuple), (rank, results[rank])
+        name, message, seconds, step = results[rank]
+        assert step == 3, results[rank]
+        assert seconds <= 2 * timeout + 5, results[rank]
+        assert name in ("Error", "TimeoutError"), results[rank]
