@@ -8,6 +8,7 @@ bash scripts/build.sh
 cd build
 ctest --output-on-failure -j "${GRADWIRE_TEST_JOBS:-2}" --timeout 600
 # The Python module's tests run as one ctest test (python.pytest); their summary line:
-grep -E "^=* ?[0-9]+ passed" Testing/Temporary/LastTest.log | tail -n 1 | sed 's/^/pytest: /' || true
+sed -n 's/.*<testsuite [^>]*errors="\([0-9]*\)" failures="\([0-9]*\)" skipped="\([0-9]*\)" tests="\([0-9]*\)" time="\([0-9.]*\)".*/pytest: \4 tests, \2 failures, \1 errors, \3 skipped in \5 s/p' \
+  python-tests.xml 2> /dev/null || true
 cd ..
 bash scripts/sanitize.sh

@@ -7,9 +7,10 @@
 Each rank trains a model under DDP with each configuration in turn, one round after another
 (every configuration once per round: A B C A B C), the same batches; per step it times the
 backward pass (forward excluded) and, with a wrapper around the hook, the time autograd's
-thread spends inside the hook calls: for gradwire, reporting the bucket's gradients, plus
+thread spends inside each hook call: for gradwire, reporting the bucket's gradients, plus
 in the last bucket's call the wait for the step's exchange (encoding, collectives,
-decoding); for DDP's hooks, launching the collective and the cast. The compute floor,
+decoding), which DDP's hooks leave to DDP's wait after backward; for DDP's hooks,
+launching the collective and the cast. Backward's time is the comparable figure. The compute floor,
 backward without DDP, runs in the same rounds. Rank 0 appends one JSON line per
 configuration and round to OUT/runs.jsonl; hook_cost_table.py makes the table.
 """
@@ -68,7 +69,7 @@ def run_config(config, model_name, steps, batch, rank):
         net = DDP(model)
         register(net, config, model, seconds)
     opt = torch.optim.SGD(model.parameters(), lr=0.01, momentum=0.9)
-    backward, in_hook, calls = [], [], []
+    backward, in_hook, calls, others, last = [], [], [], [], []
     for x, y in data:
         opt.zero_grad()
         loss = F.cross_entropy(net(x), y)
@@ -78,10 +79,17 @@ def run_config(config, model_name, steps, batch, rank):
         backward.append(time.perf_counter() - start)
         in_hook.append(sum(seconds))
         calls.append(len(seconds))
+        if seconds:
+            last.append(seconds[-1])
+            others.extend(seconds[:-1])
         opt.step()
     skip = 5  # the first steps: DDP's bucket rebuild, gradwire's first step and layout trial
     return {"backward_ms": 1e3 * statistics.median(backward[skip:]),
             "in_hook_ms": 1e3 * statistics.median(in_hook[skip:]),
+            # A call for a bucket but the last: the hook's own cost (Python, the report);
+            # the last bucket's call: for gradwire, also the wait for the step's exchange.
+            "other_call_ms": 1e3 * statistics.median(others[skip:]) if others[skip:] else 0.0,
+            "last_call_ms": 1e3 * statistics.median(last[skip:]) if last else 0.0,
             "buckets": statistics.median(calls[skip:])}
 
 
@@ -93,7 +101,8 @@ def main():
     p.add_argument("--batch", type=int, default=32)
     p.add_argument("--models", default="cnn,mlp-wide")
     p.add_argument("--configs", default="floor,ddp:allreduce,ddp:fp16,ddp:gradwire-none,"
-                   "ddp:gradwire-fp16,ddp:gradwire-int8,ddp:gradwire-powersgd:rank=8")
+                   "ddp:gradwire-fp16,ddp:gradwire-int8,ddp:gradwire-powersgd:rank=8,"
+                   "ddp:gradwire-auto")
     args = p.parse_args()
     dist.init_process_group("gloo")
     rank = dist.get_rank()

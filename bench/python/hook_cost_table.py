@@ -1,9 +1,9 @@
 #!/usr/bin/python3
 """The table of hook_cost.py's runs.jsonl (run in its folder): per model and
 configuration, over the rounds (mean [min, max]; each round's figure the mean over the
-ranks of their median step), the backward time, the time autograd's thread spent inside
-the hook calls, DDP's buckets per step, and the backward time over DDP fp16's in the same
-round."""
+ranks of their median step), the backward time and its ratio to DDP fp16's in the same
+round, the time autograd's thread spent in one hook call for a bucket but the last and in
+the last bucket's call, and DDP's buckets per step."""
 import json
 import sys
 
@@ -22,9 +22,9 @@ def main(folder):
     print(f"{first['world']} ranks on loopback, batch {first['batch']} per rank, "
           f"{first['steps']} steps per configuration and round (the first 5 left out), "
           f"{len(rounds)} rounds:\n")
-    print("| model | configuration | backward (ms) | inside the hook (ms) | buckets | "
-          "backward / DDP fp16's |")
-    print("|---|---|---|---|---|---|")
+    print("| model | configuration | backward (ms) | backward / DDP fp16's | a hook call, "
+          "buckets but the last (ms) | the last bucket's call (ms) | buckets |")
+    print("|---|---|---|---|---|---|---|")
     for model in models:
         by = {(r["config"], r["round"]): r for r in runs if r["model"] == model}
         for config in configs:
@@ -32,14 +32,17 @@ def main(folder):
             if not rows:
                 continue
             back = [mean(r, "backward_ms") for r in rows]
-            hook = [mean(r, "in_hook_ms") for r in rows]
+            other = [mean(r, "other_call_ms") for r in rows]
+            last = [mean(r, "last_call_ms") for r in rows]
             buckets = [mean(r, "buckets") for r in rows]
             ratio = [mean(by[(config, k)], "backward_ms") / mean(by[("ddp:fp16", k)], "backward_ms")
                      for k in rounds if (config, k) in by and ("ddp:fp16", k) in by]
-            hook_text = spread(hook, ".2f") if config != "floor" else ""
-            print(f"| {model} | `{config}` | {spread(back)} | {hook_text} | "
-                  f"{spread(buckets, '.0f') if config != 'floor' else ''} | "
-                  f"{spread(ratio, '.2f') if ratio else ''} |")
+            hooked = config != "floor"
+            print(f"| {model} | `{config}` | {spread(back)} | "
+                  f"{spread(ratio, '.2f') if ratio else ''} | "
+                  f"{spread(other, '.2f') if hooked else ''} | "
+                  f"{spread(last, '.2f') if hooked else ''} | "
+                  f"{spread(buckets, '.0f') if hooked else ''} |")
 
 
 if __name__ == "__main__":

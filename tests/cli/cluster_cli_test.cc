@@ -226,7 +226,8 @@ TEST(DdpPeerTest, EveryHookTrainsInAClusterAndWritesMetrics) {
 TEST(BenchE2eTest, BadConfigurationsAreRefusedUpFront) {
   for (const auto& [config, message] : std::vector<std::pair<std::string, std::string>>{
            {"zip", "unknown codec 'zip'"},
-           {"ddp:zip", "DDP hooks are allreduce, fp16, bf16 and powersgd"},
+           {"ddp:zip", "DDP hooks are allreduce, fp16, bf16, powersgd and gradwire-CODEC"},
+           {"ddp:gradwire-zip", "unknown codec 'zip'"},
            {"ddp:powersgd:rnk=4", "rnk"},
            {"ddp:fp16:rank=4", "rank"},
            {"ps:fast", "unknown updater 'fast'"}}) {

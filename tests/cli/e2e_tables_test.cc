@@ -59,6 +59,16 @@ TEST(E2eMatrixTest, SeedsRunInRoundsEachWithItsFloorFirst) {
   EXPECT_EQ(seed_of(runs[5]), "8");
 }
 
+// ddp:gradwire-CODEC runs the DDP peer with gradwire's hook (the Python module) and CODEC.
+TEST(E2eMatrixTest, DdpWithGradwiresHookParses) {
+  const e2e::Config c = e2e::parse_config("ddp:gradwire-powersgd:rank=8");
+  EXPECT_EQ(c.system, "ddp");
+  EXPECT_EQ(c.hook, "gradwire");
+  EXPECT_EQ(c.codec, "powersgd:rank=8");
+  EXPECT_EQ(e2e::parse_config("ddp:gradwire-auto").codec, "auto");
+  EXPECT_THROW(e2e::parse_config("ddp:gradwire-zip"), gradwire::ConfigError);
+}
+
 // The default matrix compares PowerSGD configured alike: DDP's at auto's rank with the
 // shortest dense start PyTorch allows, and gradwire's fixed PowerSGD as auto's plan.
 TEST(E2eMatrixTest, TheDefaultMatrixRunsDdpPowerSgdAsAutosPlan) {

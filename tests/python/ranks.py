@@ -110,3 +110,13 @@ def expect_success(results):
     assert not failures, "\n".join("rank %d: %r\n%s" % (r, f, f.trace)
                                    for r, f in failures.items())
     return results
+
+
+def error_of(fn):
+    """"ok" when fn() returns, else (the gradwire.Error subclass's name, its message)."""
+    import gradwire
+    try:
+        fn()
+        return "ok"
+    except gradwire.Error as e:
+        return (type(e).__name__, str(e))

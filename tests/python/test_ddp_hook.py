@@ -12,7 +12,7 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gradwire
-from ranks import RankFailure, expect_success, run_ranks
+from ranks import error_of, RankFailure, expect_success, run_ranks
 
 # Small buckets, so that every model is several buckets (and DDP rebuilds them).
 BUCKET_MB = 0.004
@@ -275,13 +275,7 @@ def test_resumed_run_equals_uninterrupted(codec, how):
 
 def bad_input_worker(rank, world):
     out = {}
-
-    def outcome(fn):
-        try:
-            fn()
-            return "ok"
-        except gradwire.Error as e:
-            return (type(e).__name__, str(e))
+    outcome = error_of
     out["unknown"] = outcome(lambda: gradwire.ddp.hook("nosuch"))
     out["bad_option"] = outcome(lambda: gradwire.ddp.hook("topk:density=7"))
     out["differ"] = outcome(lambda: gradwire.ddp.hook("int8" if rank == 0 else "fp16"))

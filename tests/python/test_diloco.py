@@ -9,7 +9,7 @@ import torch.nn as nn
 import torch.nn.functional as F
 
 import gradwire
-from ranks import expect_success, run_ranks
+from ranks import error_of, expect_success, run_ranks
 
 
 def make_model(seed=0):
@@ -150,13 +150,7 @@ def test_resume_mid_exchange_equals_the_uninterrupted_run():
 
 def errors_worker(rank, world):
     out = {}
-
-    def outcome(fn):
-        try:
-            fn()
-            return "ok"
-        except gradwire.Error as e:
-            return (type(e).__name__, str(e))
+    outcome = error_of
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
     out["fragments"] = outcome(lambda: gradwire.DiLoCo(model, opt, inner_steps=4, fragments=5))

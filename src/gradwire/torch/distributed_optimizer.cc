@@ -461,8 +461,7 @@ std::optional<JobSummary> DistributedOptimizer::finish() {
     m.strategy->follow_parameters(params);
   }
   const auto s = m.strategy->finish();
-  if (m.diloco && m.broadcast_buffers &&
-      !m.buffers.empty() && m.strategy->just_synchronized()) {
+  if (m.diloco && m.broadcast_buffers && !m.buffers.empty() && m.strategy->just_synchronized()) {
     m.broadcast_from_rank0(/*frozen_too=*/false);
   }
   if (!s) return std::nullopt;

@@ -18,8 +18,7 @@ namespace gradwire {
 // worker whose endpoints the workers allgather. ConfigError for a timeout that is not
 // positive.
 std::unique_ptr<strategy::gossip::GossipStrategy> make_gossip_strategy(
-    const std::shared_ptr<Context>& context, const std::string& codec,
-    const GossipOptions& gossip);
+    const std::shared_ptr<Context>& context, const std::string& codec, const GossipOptions& gossip);
 
 // A parameter-server worker connected to the job's servers, with the SGD settings of
 // `optimizer` (which must be a torch::optim::SGD without Nesterov or dampening: the servers

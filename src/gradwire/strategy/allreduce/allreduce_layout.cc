@@ -3,8 +3,8 @@
 #include <cstdio>
 
 #include "gradwire/compress/codec.h"
-#include "gradwire/core/statistics.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/statistics.h"
 #include "gradwire/strategy/allreduce/allreduce_bucket.h"
 #include "gradwire/strategy/allreduce/allreduce_strategy.h"
 #include "gradwire/strategy/allreduce/bucket_layout.h"
