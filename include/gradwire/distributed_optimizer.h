@@ -120,6 +120,7 @@
 #include <torch/optim/optimizer.h>
 
 #include "gradwire/context.h"
+#include "gradwire/diloco_options.h"
 
 namespace gradwire {
 
@@ -204,18 +205,7 @@ struct GossipReport {
 // kept together: restart from a checkpoint). The model may be loaded (torch::load) or its
 // parameters given new storage of the same shape between steps: each step takes the
 // parameters where they are; a parameter of another size is named at the next step.
-struct DiLoCoOptions {
-  // H. 0: auto, which times the first steps and picks the smallest H whose exchanges hide
-  // under the inner steps (fragments > 1 or delay > 0: it then sets the delay too), or,
-  // without streaming, whose exchange costs at most 5% of a round; over the link of
-  // DistributedOptions::link_bits_per_s.
-  uint64_t inner_steps = 100;
-  double outer_lr = 0.7;
-  double outer_momentum = 0.9;
-  bool nesterov = true;
-  int fragments = 1;
-  uint64_t delay = 0;  // at most inner_steps / fragments
-};
+// The options are gradwire::DiLoCoOptions (<gradwire/diloco_options.h>).
 
 // What a DiLoCo worker did (DistributedOptimizer::diloco_summary()).
 struct DiLoCoSummary {

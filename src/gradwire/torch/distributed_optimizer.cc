@@ -75,13 +75,8 @@ strategy::AllreduceOptions allreduce_options(const DistributedOptions& options,
 strategy::diloco::DiLoCoOptions diloco_options(const DistributedOptions& options,
                                                const std::string& codec) {
   strategy::diloco::DiLoCoOptions o;
+  static_cast<DiLoCoOptions&>(o) = options.diloco;
   o.codec = codec;
-  o.inner_steps = options.diloco.inner_steps;
-  o.outer_lr = options.diloco.outer_lr;
-  o.outer_momentum = options.diloco.outer_momentum;
-  o.nesterov = options.diloco.nesterov;
-  o.fragments = options.diloco.fragments;
-  o.delay = options.diloco.delay;
   o.link = comm::LinkModel::from_bandwidth(options.link_latency_s, options.link_bits_per_s);
   return o;
 }

@@ -37,22 +37,18 @@
 
 #include "gradwire/comm/collectives.h"
 #include "gradwire/comm/cost_model.h"
-#include "gradwire/strategy/in_order_executor.h"
+#include "gradwire/diloco_options.h"
 #include "gradwire/strategy/diloco/fragments.h"
 #include "gradwire/strategy/diloco/outer_exchange.h"
+#include "gradwire/strategy/in_order_executor.h"
 #include "gradwire/strategy/strategy.h"
 
 namespace gradwire::strategy::diloco {
 
-struct DiLoCoOptions {
+// The program's options (include/gradwire/diloco_options.h) with what the job adds.
+struct DiLoCoOptions : gradwire::DiLoCoOptions {
   std::string codec = "none";  // of the outer gradient: one codec spec (no layer policy)
-  uint64_t inner_steps = 100;  // H; 0: auto
-  double outer_lr = 0.7;
-  double outer_momentum = 0.9;
-  bool nesterov = true;
-  int fragments = 1;   // F
-  uint64_t delay = 0;  // tau (auto sets it when streaming)
-  comm::LinkModel link;
+  comm::LinkModel link;        // what auto predicts exchanges with
 
   // ConfigError naming the first option out of range.
   void check() const;
