@@ -139,7 +139,7 @@ def verdict_lines(folder):
                          f"to it) is `{best}`.")
             for config in results.configs:
                 key = (model, bw, config)
-                if key not in summary or summary[key]["system"] == "ddp":
+                if key not in summary or plot_e2e.is_ddp_baseline(config):
                     continue
                 mine = summary[key]["per_seed"]
                 parts = []

@@ -255,6 +255,12 @@ def ratio_text(values):
     return text + (f" (+{never} not reached)" if never else "")
 
 
+def is_ddp_baseline(config):
+    """PyTorch DDP with one of its own hooks: ddp:HOOK, but not ddp:gradwire-CODEC (DDP
+    running gradwire's hook, which is gradwire's configuration, not the baseline)."""
+    return config.startswith("ddp:") and not config.startswith("ddp:gradwire-")
+
+
 def best_ddp(summary, model, bw, configs):
     """The DDP configuration of the table that reached the plateau target in the most
     seeds, and of those the one with the least mean time to it (a seed that never reached
@@ -264,7 +270,7 @@ def best_ddp(summary, model, bw, configs):
         s = summary[(model, bw, config)]
         return (-s["reached"], mean([p["target"] if p["target"] is not None else p["train_s"]
                                      for p in s["per_seed"].values()]))
-    ddp = [c for c in configs if c.startswith("ddp:") and (model, bw, c) in summary]
+    ddp = [c for c in configs if is_ddp_baseline(c) and (model, bw, c) in summary]
     return min(ddp, key=cost) if ddp else None
 
 
@@ -278,7 +284,7 @@ def ordered(values, key=None):
 
 def styles(configs):
     cmap = pyplot().get_cmap("tab20")
-    return {c: {"color": cmap(i % 20), "linestyle": "--" if c.startswith("ddp:") else "-"}
+    return {c: {"color": cmap(i % 20), "linestyle": "--" if is_ddp_baseline(c) else "-"}
             for i, c in enumerate(configs)}
 
 
