@@ -4,23 +4,22 @@
     model = DistributedDataParallel(model)
     model.register_comm_hook(state, hook)
 
-The hook averages each bucket of gradients over the ranks through the codec (with error
-feedback where the codec has it), on DDP's process group (``process_group``, the default
-group by default), while backward goes on: gradwire's exchange thread runs the buckets in
-the order DDP hands them over, so every rank issues the same collectives in the same order
-(see src/gradwire/torch/ddp_comm_hook.h). Encoding and decoding run in C++ on the bucket's
-own memory, without the GIL.
+DDP hands the hook its buckets of gradients; gradwire averages them over the ranks with its
+allreduce strategy over the whole model (the C++ path's: its own buckets, exchanged during
+backward on gradwire's exchange thread in one order on every rank, error feedback where the
+codec has it, `auto`'s measured choice), on DDP's process group (``process_group``, the
+default group by default). Encoding and decoding run in C++ on the buckets' own memory,
+without the GIL. See src/gradwire/torch/ddp_comm_hook.h for the order on the wire.
 
 State (``state.state_dict()`` / ``load_state_dict()``, or pickling the state itself) holds
-each bucket's codec state: error feedback's residuals, PowerSGD's Q, auto's choice. A hook
-registers once per DDP model: to resume, build a new DDP model and register a state loaded
-from the checkpoint.
+the codec state of every parameter (error feedback's residuals, PowerSGD's Q) and `auto`'s
+choice. A hook registers once per DDP model: to resume, build a new DDP model and register
+a state loaded from the checkpoint; it continues exactly where the saved one was.
 """
+import itertools
 import logging
 import os
-import itertools
 
-import torch
 import torch.distributed as dist
 
 from gradwire import _C
