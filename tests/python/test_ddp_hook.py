@@ -120,6 +120,34 @@ def test_ddp_modes_match_ddp_allreduce():
         assert_params_equal(results[0][name][2], results[1][name][2], name + " int8")
 
 
+# --- the parameters' order: the C++ path's ----------------------------------------------
+
+def layout_worker(rank, world):
+    out = {}
+    for mode, kwargs in [("default", {}), ("one bucket", {"bucket_cap_mb": 25}),
+                         ("find_unused_parameters", {"find_unused_parameters": True})]:
+        torch.manual_seed(0)
+        model = Net()
+        ddp = DDP(model, **dict({"bucket_cap_mb": BUCKET_MB}, **kwargs))
+        state, hook = gradwire.ddp.hook("none", model=model, bucket_cap_mb=1000,
+                                        first_bucket_mb=1000)
+        ddp.register_comm_hook(state, hook)
+        for x, y in batches(rank, 2):
+            F.cross_entropy(ddp(x), y).backward()
+        out[mode] = state.bucket_layout()
+    return out
+
+
+def test_parameters_are_numbered_as_the_cpp_path_numbers_them():
+    # DistributedOptimizer numbers the parameters in registration order and fills its
+    # buckets from the last one down (the order backward finishes them): one bucket lists
+    # them last registered first, however DDP cut its own first-iteration buckets.
+    want = "[fc2.bias fc2.weight fc1.bias fc1.weight conv.bias conv.weight]"
+    for out in expect_success(run_ranks(2, layout_worker)):
+        for mode, layout in out.items():
+            assert layout.startswith(want), (mode, layout)
+
+
 # --- each codec's average ----------------------------------------------------------------
 
 def rank_gradient(rank, n, step=0):

@@ -15,7 +15,8 @@ namespace gradwire {
 namespace {
 
 constexpr uint32_t kStateMagic = 0x4b484757;  // "GWHK"
-constexpr uint32_t kStateVersion = 1;
+// 2: parameters in registration order (1 numbered them in reverse of the first step's).
+constexpr uint32_t kStateVersion = 2;
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text = "[";
@@ -97,6 +98,7 @@ c10::intrusive_ptr<c10::ivalue::Future> DdpCommHook::exchange(
 
   auto done = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
   pending_.push_back({buffer, done});
+  if (!strategy_) first_step_buckets_.push_back(0);
   float* data = buffer.data_ptr<float>();
   for (size_t j = 0; j < keys.size(); ++j) {
     const size_t n = numel_of(shapes[j]);
@@ -113,6 +115,7 @@ c10::intrusive_ptr<c10::ivalue::Future> DdpCommHook::exchange(
       info.kind = compress::classify_parameter(info.name, info.shape);
       tensors_.push_back(std::move(info));
       spans_.push_back(grad);
+      ++first_step_buckets_.back();
       continue;
     }
     if (found == index_of_.end()) {
@@ -150,13 +153,28 @@ c10::intrusive_ptr<c10::ivalue::Future> DdpCommHook::exchange(
 }
 
 void DdpCommHook::create_strategy() {
-  // Numbered so that the strategy, which fills its buckets from the highest index down
-  // (the order backward finishes a libtorch model's registered parameters), fills them in
-  // the order DDP handed the buckets over: the order backward finished them here.
+  // Registration order: the first step's buckets last to first, each as listed (the
+  // header says why).
   const size_t n = tensors_.size();
-  std::reverse(tensors_.begin(), tensors_.end());
-  std::reverse(spans_.begin(), spans_.end());
-  for (auto& [key, index] : index_of_) index = n - 1 - index;
+  std::vector<size_t> order;  // order[new index] = index in the first step
+  order.reserve(n);
+  size_t end = n;
+  for (auto count = first_step_buckets_.rbegin(); count != first_step_buckets_.rend(); ++count) {
+    for (size_t k = end - *count; k < end; ++k) order.push_back(k);
+    end -= *count;
+  }
+  std::vector<size_t> new_index(n);
+  for (size_t k = 0; k < n; ++k) new_index[order[k]] = k;
+  std::vector<compress::TensorInfo> tensors(n);
+  strategy::FloatSpans spans(n);
+  for (size_t k = 0; k < n; ++k) {
+    tensors[k] = std::move(tensors_[order[k]]);
+    spans[k] = spans_[order[k]];
+  }
+  tensors_ = std::move(tensors);
+  spans_ = std::move(spans);
+  for (auto& [key, index] : index_of_) index = new_index[index];
+  first_step_buckets_.clear();
   strategy_ = strategy::create_allreduce_strategy(*collectives_, strategy_options(options_));
   strategy_->start(tensors_, spans_);  // issues no collective, touches no span
   status_.assign(1, 0.0f);

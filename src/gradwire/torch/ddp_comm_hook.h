@@ -16,10 +16,14 @@
 // thread, in one order on every rank) and returns a future; the call for DDP's last bucket
 // runs the strategy's synchronize(), which waits for the step's exchange, then completes
 // every future of the step. Parameters are known by the key the caller gives (Python's
-// id() of the parameter) and numbered in the order the first step shows them: DDP's
-// first-iteration bucket order, the same on every rank and in every run of the program.
-// The first step only collects: its last call creates the strategy over every parameter
-// seen (start() issues no collective) and exchanges them all at once.
+// id() of the parameter) and numbered in the model's registration order, as
+// DistributedOptimizer numbers them (the strategy fills its buckets from the highest index
+// down, the order backward roughly finishes them). DDP's first iteration shows that order:
+// its initial buckets hold the parameters in registration order, the buckets themselves in
+// reverse (one bucket for the whole model unless find_unused_parameters=True), so the
+// first step's buckets read last to first give it, the same on every rank and in every run
+// of the program. The first step only collects: its last call creates the strategy over
+// every parameter seen (start() issues no collective) and exchanges them all at once.
 //
 // Order on the wire. DDP issues collectives of its own on the same group from autograd's
 // thread right after the last bucket's hook (the unused-parameter map with
@@ -120,7 +124,8 @@ class DdpCommHook {
   CommHookOptions options_;
   std::string codec_;  // canonical
   std::unique_ptr<strategy::Strategy> strategy_;
-  std::vector<compress::TensorInfo> tensors_;     // in the order the first step showed them
+  std::vector<compress::TensorInfo> tensors_;     // in registration order (see above)
+  std::vector<size_t> first_step_buckets_;        // the first step: parameters per call
   std::unordered_map<int64_t, size_t> index_of_;  // parameter key -> index in tensors_
   strategy::FloatSpans spans_;                    // this step's gradient of each parameter
   std::vector<uint8_t> reported_;                 // this step: parameter reported
