@@ -31,6 +31,13 @@ send/recv, inside the hook, so it does not overlap backward as Gloo's asynchrono
 allreduce does. "bytes_contributed" counts what each rank hands to the hooks' allreduces,
 "bytes_on_wire" what its sends put on the network (Gloo's ring allreduce: 2(W-1) chunks of
 ceil(B/W) bytes; the bf16 ring: its chunks), both summed over ranks, as gradwire counts.
+
+--strategy diloco trains the same job without DDP under the Python module's gradwire.DiLoCo
+(what `gradwire train --strategy diloco` runs, from a PyTorch loop), with the trainer's
+flags: --inner-steps, --fragments, --fragment-delay, --outer-lr, --outer-momentum,
+--compressor (the outer codec) and --link-bandwidth (for inner_steps auto). As the trainer,
+it lands the exchange in flight before the clock stops, evaluates rank 0's model between
+rounds and, after finish() at the end, the model every rank holds.
 """
 
 import argparse
@@ -458,6 +465,37 @@ def bf16_ring_hook(counter):
     return hook
 
 
+def import_gradwire():
+    """The Python module: from PYTHONPATH, else the source tree's build."""
+    try:
+        import gradwire
+    except ImportError:
+        sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
+                                        "..", "..", "build", "python"))
+        import gradwire
+    return gradwire
+
+
+def link_bits_per_s(text):
+    """tc's notation (10mbit, 1gbit, 500kbit) in bits per second."""
+    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9, "bit": 1.0}
+    for suffix, scale in units.items():
+        if text.lower().endswith(suffix):
+            return float(text[:-len(suffix)]) * scale
+    return float(text)
+
+
+def make_diloco(model, optimizer, args):
+    """--strategy diloco: gradwire.DiLoCo over the model, with the trainer's flags."""
+    gradwire = import_gradwire()
+    h = args.inner_steps
+    return gradwire.DiLoCo(model, optimizer, inner_steps="auto" if h == "auto" else int(h),
+                           fragments=args.fragments, delay=args.fragment_delay,
+                           outer_lr=args.outer_lr, outer_momentum=args.outer_momentum,
+                           codec=args.compressor,
+                           link_bits_per_s=link_bits_per_s(args.link_bandwidth))
+
+
 def register_hook(ddp, args, total_steps, counter):
     """Registers --hook on `ddp`; returns the codec description for the summary."""
     if args.hook == "allreduce":
@@ -473,14 +511,9 @@ def register_hook(ddp, args, total_steps, counter):
         ddp.register_comm_hook(None, bf16_ring_hook(counter))
         return "ddp:bf16(ring over send/recv: Gloo has no bfloat16 sum)"
     if args.hook == "gradwire":
-        # gradwire's codecs as DDP's hook (the Python module: PYTHONPATH must reach it). Its
-        # collectives run in C++, past dist.all_reduce: its bytes come from its own counters.
-        try:
-            import gradwire
-        except ImportError:  # run from the source tree: the build tree's module
-            sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)),
-                                            "..", "..", "build", "python"))
-            import gradwire
+        # gradwire's codecs as DDP's hook. Its collectives run in C++, past dist.all_reduce:
+        # its bytes come from its own counters.
+        gradwire = import_gradwire()
         state, hook = gradwire.ddp.hook(args.gradwire_codec, model=ddp.module,
                                         bucket_cap_mb=args.bucket_mb)
         ddp.register_comm_hook(state, hook)
@@ -531,6 +564,16 @@ def parse_args(argv):
                    default="allreduce")
     p.add_argument("--gradwire-codec", default="auto",
                    help="with --hook gradwire: gradwire.ddp.hook's codec (auto, int8, ...)")
+    p.add_argument("--strategy", choices=["ddp", "diloco"], default="ddp",
+                   help="diloco: gradwire.DiLoCo instead of DDP (the Python module)")
+    p.add_argument("--inner-steps", default="100", help="diloco: H, or auto")
+    p.add_argument("--fragments", type=int, default=1)
+    p.add_argument("--fragment-delay", type=int, default=0)
+    p.add_argument("--outer-lr", type=float, default=0.7)
+    p.add_argument("--outer-momentum", type=float, default=0.9)
+    p.add_argument("--compressor", default="int4", help="diloco: the outer codec")
+    p.add_argument("--link-bandwidth", default="1gbit",
+                   help="diloco: the link inner_steps auto plans for (tc notation)")
     p.add_argument("--model", default="cnn")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32, help="per worker")
@@ -593,26 +636,34 @@ def main(argv):
     if args.initial_weights:
         load_initial_weights(model, args.initial_weights)
     bucket_mb = args.bucket_mb
-    if args.hook == "powersgd":
+    diloco = None  # --strategy diloco: no DDP; the model itself runs the batches
+    if args.hook == "powersgd" and args.strategy == "ddp":
         # PowerSGD's hook sends its second allreduce (Q) from the first's (P) callback. With
         # more than one bucket, ranks can then hand Gloo their collectives in different
         # orders, and Gloo aborts ("op.preamble.length <= op.nbytes", seen on cnn-wide): one
         # bucket for the whole model, the first included (DDP's documented knob).
         bucket_mb = max(bucket_mb, 4 * sum(p.numel() for p in model.parameters()) / 2**20 + 1)
         dist._DEFAULT_FIRST_BUCKET_BYTES = int(bucket_mb * 2**20)
-    ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
+    ddp = model
+    if args.strategy == "ddp":
+        ddp = DistributedDataParallel(model, bucket_cap_mb=bucket_mb)
     per_rank = (job.train_size() + world - 1) // world
     step_samples = args.batch_size * args.accumulate
     steps = (per_rank + step_samples - 1) // step_samples
     counter = ByteCounter()
-    codec = register_hook(ddp, args, steps * args.epochs, counter)
     optimizer = make_optimizer(r, model, job.no_decay())
+    if args.strategy == "diloco":
+        diloco = make_diloco(model, optimizer, args)
+        counter.gradwire = diloco
+        codec = f"python:diloco/{args.compressor}"
+    else:
+        codec = register_hook(ddp, args, steps * args.epochs, counter)
     initial_checksum = parameter_crc32(model)
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
     metrics = open(args.metrics, "w") if root and args.metrics else None
     if root:
         micro = f" x {args.accumulate} micro-batches" if args.accumulate > 1 else ""
-        print(f"{world} workers, model {args.model}, DDP {codec}, {job.train_size()} training "
+        print(f"{world} workers, model {args.model}, {codec}, {job.train_size()} training "
               f"samples, batch {args.batch_size} per worker{micro}, {r['optimizer']} lr "
               f"{r['lr']:g}", flush=True)
 
@@ -623,6 +674,12 @@ def main(argv):
 
     clock = TrainingClock()
     state = {"step": 0, "evaluated": 0, "quality": 0.0}
+
+    def stop_clock():
+        # DiLoCo's exchange in flight lands first: none runs on in time not counted.
+        if diloco is not None:
+            diloco.wait_for_exchange()
+        clock.pause()
 
     def evaluate_now(epoch):  # with the clock paused
         if root:
@@ -653,7 +710,9 @@ def main(argv):
             # but the last under no_sync(); the clip sees the averaged gradient.
             micro_batches = batch.split(args.batch_size)
             for k, part in enumerate(micro_batches):
-                context = ddp.no_sync() if k + 1 < len(micro_batches) else contextlib.nullcontext()
+                last_part = k + 1 == len(micro_batches)
+                context = (contextlib.nullcontext() if last_part or diloco is not None
+                           else ddp.no_sync())
                 with context:
                     loss = job.loss(ddp, part)
                     loss_sum += loss.item() * len(part)
@@ -669,7 +728,7 @@ def main(argv):
             if r["schedule"] != "constant":
                 for group in optimizer.param_groups:
                     group["lr"] = lr_at(r, state["step"], steps * args.epochs)
-            optimizer.step()
+            (diloco or optimizer).step()
             state["step"] += 1
             samples += len(batch)
             if root and args.progress == "lines" and ((step + 1) % progress_every == 0 or step + 1 == steps):
@@ -677,11 +736,16 @@ def main(argv):
                 print(f"epoch {epoch}/{args.epochs} {100 * (step + 1) // steps:3d}% loss "
                       f"{loss_sum / samples:.4f} {rate:.0f} samples/s", flush=True)
             if args.eval_every > 0 and state["step"] % args.eval_every == 0 and step + 1 < steps:
-                clock.pause()
+                stop_clock()
                 evaluate_now(epoch)
                 clock.resume()
+        # DiLoCo's ranks train apart between rounds: the job ends with one model on every
+        # rank (a collective, counted as training), and that model is evaluated.
+        if diloco is not None and epoch == args.epochs:
+            diloco.finish()
+            state["evaluated"] = -1
         # Evaluation and the epoch's bookkeeping are not training time.
-        clock.pause()
+        stop_clock()
         train_s = clock.seconds() - epoch_start
         if state["evaluated"] != state["step"]:
             evaluate_now(epoch)
@@ -710,13 +774,14 @@ def main(argv):
     gathered = [None] * world
     dist.all_gather_object(gathered, checksum)
     summary = dict(last, event="summary", elapsed_s=time.monotonic() - job_start,
-                   train_s=clock.seconds(), workers=world, strategy="ddp", compressor=args.hook,
+                   train_s=clock.seconds(), workers=world, strategy=args.strategy,
+                   compressor="gradwire" if diloco is not None else args.hook,
                    codec=codec, model=args.model, metric=job.metric, batch_size=args.batch_size,
                    recipe=dict(r, accumulate=args.accumulate),
                    initial_checksum=initial_checksum, param_checksums=gathered)
     write(summary)
     if root:
-        print(f"summary: {world} workers, {args.model}, DDP {args.hook}: "
+        print(f"summary: {world} workers, {args.model}, {codec}: "
               f"{show(job, summary[job.metric])}, {summary['train_s']:.1f} s training, "
               f"bytes_on_wire/bytes_dense_on_wire "
               f"{summary['bytes_on_wire'] / max(1, summary['bytes_dense_on_wire']):.4f}, "

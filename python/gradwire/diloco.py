@@ -114,6 +114,13 @@ class DiLoCo:
     def param_groups(self):
         return self.inner_optimizer.param_groups
 
+    def wait_for_exchange(self):
+        """Waits until the outer exchange in flight (if any) has finished; it still lands
+        (with the outer step) at its step. For a program that stops its clock to evaluate or
+        to checkpoint, so that no exchange runs on in time it does not count. A failed
+        exchange raises here."""
+        self._impl.wait_for_exchange()
+
     # --- the end ---------------------------------------------------------------------
 
     def finish(self):

@@ -91,6 +91,43 @@ TEST(E2eMatrixTest, TheDefaultMatrixRunsDdpPowerSgdAsAutosPlan) {
 
 // diloco:KEY=VALUE,.../CODEC runs `gradwire train --strategy diloco` with those flags, the
 // codec as the outer gradient's and the link told; malformed ones fail naming the form.
+// python:diloco:... runs the same flags through the peer's PyTorch loop (gradwire.DiLoCo).
+TEST(E2eMatrixTest, PythonDiLoCoRunsThePeerWithTheTrainersFlags) {
+  const std::string text = "python:diloco:inner_steps=50,fragments=2,delay=5,epochs=2/int4";
+  const e2e::Config c = e2e::parse_config(text);
+  EXPECT_EQ(c.system, "python");
+  EXPECT_EQ(c.name, text);
+  EXPECT_TRUE(c.runs_peer());
+  e2e::Run run;
+  run.config = c;
+  run.model = "cnn";
+  run.bandwidth = "10mbit";
+  run.workers = 4;
+  run.id = "x";
+  const auto cmd = e2e::run_command(settings(1), run, "gradwire", "peer.py", "m.jsonl");
+  ASSERT_GE(cmd.size(), 2u);
+  EXPECT_EQ(cmd[0], "/usr/bin/python3");
+  EXPECT_EQ(cmd[1], "peer.py");
+  const auto value = [&](const std::string& flag) {
+    const auto at = std::find(cmd.begin(), cmd.end(), flag);
+    return at == cmd.end() || at + 1 == cmd.end() ? std::string("(absent)") : *(at + 1);
+  };
+  EXPECT_EQ(value("--strategy"), "diloco");
+  EXPECT_EQ(value("--inner-steps"), "50");
+  EXPECT_EQ(value("--fragment-delay"), "5");
+  EXPECT_EQ(value("--compressor"), "int4");
+  EXPECT_EQ(value("--link-bandwidth"), "10mbit");
+  EXPECT_EQ(value("--hook"), "(absent)");
+  EXPECT_THROW(e2e::parse_config("python:int8"), gradwire::ConfigError);
+  // Its runs are named apart from the C++ strategy's.
+  e2e::Settings s = settings(1);
+  s.configs = {text, text.substr(7)};
+  s.compute_floor = false;
+  const auto runs = e2e::build_matrix(s);
+  ASSERT_EQ(runs.size(), 2u);
+  EXPECT_NE(runs[0].id, runs[1].id);
+}
+
 TEST(E2eMatrixTest, DiLoCoConfigurationsBecomeTrainFlags) {
   const e2e::Config c =
       e2e::parse_config("diloco:inner_steps=50,fragments=4,delay=2,epochs=2/int4");

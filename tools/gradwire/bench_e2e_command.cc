@@ -84,7 +84,7 @@ std::string duration(double seconds) {
 
 std::string describe(const e2e::Run& run) {
   return run.model + " " + (run.floor ? std::string("unshaped (compute floor)") : run.bandwidth) +
-         " " + (run.config.system == "ddp" ? run.config.name : "gradwire " + run.config.name) +
+         " " + (run.config.runs_peer() ? run.config.name : "gradwire " + run.config.name) +
          (run.repeat > 1 ? " #" + std::to_string(run.repeat) : "");
 }
 
@@ -406,7 +406,7 @@ int run_e2e(E2eArgs& args, const std::vector<std::string>& raw_args) {
         "root, e.g. with sudo");
   }
   bool needs_torch = false;
-  for (const auto& run : runs) needs_torch = needs_torch || run.config.system == "ddp";
+  for (const auto& run : runs) needs_torch = needs_torch || run.config.runs_peer();
   check_python(needs_torch || !args.no_plots);
   bench_file("ddp_peer.py");
   if (!args.no_plots) bench_file("plot_e2e.py");
@@ -479,8 +479,9 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
                   "configurations (space-separated): ddp:HOOK (ddp:powersgd:rank=R,start=N; "
                   "ddp:gradwire-CODEC: DDP with gradwire's hook, the Python module), "
                   "ps:UPDATER[:CONSISTENCY], "
-                  "gossip:TRIGGER (every, period:K, adaptive), gossip-wait:TRIGGER (--gossip-wait) "
-                  "or a codec spec; default: "
+                  "gossip:TRIGGER (every, period:K, adaptive), gossip-wait:TRIGGER (--gossip-wait), "
+                  "diloco:KEY=V,.../CODEC, python:diloco:KEY=V,.../CODEC (the Python module's "
+                  "gradwire.DiLoCo in a PyTorch loop) or a codec spec; default: "
                   "DDP's allreduce, fp16 and PowerSGD (rank 8, 2 dense steps) and gradwire's none, "
                   "fp16, int8, PowerSGD (rank 8) and auto");
   e2e->add_option("--epochs", s.epochs)->capture_default_str();

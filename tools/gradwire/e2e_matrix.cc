@@ -125,6 +125,18 @@ std::map<std::string, double> parse_targets(const std::string& text,
 }
 
 Config parse_config(const std::string& text) {
+  if (text.rfind("python:", 0) == 0) {
+    // The Python module's DiLoCo (gradwire.DiLoCo) in the peer's PyTorch loop, with the
+    // flags of `gradwire train --strategy diloco`: python:diloco:...[/CODEC].
+    Config c = parse_config(text.substr(7));
+    if (!c.diloco()) {
+      throw ConfigError("configuration '" + text + "': the Python configurations are " +
+                        "python:diloco:...[/CODEC]");
+    }
+    c.name = text;
+    c.system = "python";
+    return c;
+  }
   Config c;
   c.name = text;
   if (text.rfind("ddp:gradwire-", 0) == 0) {
@@ -245,7 +257,9 @@ std::vector<Run> build_matrix(const Settings& settings) {
     run.workers = settings.hosts;
     run.hosts = settings.hosts + (config.ps() ? 1 : 0);
     run.id = model + "-" + (floor ? std::string("floor") : slug(bw)) + "-" + config.system + "-" +
-             slug(config.system == "ddp" ? config.name.substr(4) : config.name) + "-r" +
+             slug(config.system == "gradwire" ? config.name
+                                              : config.name.substr(config.name.find(':') + 1)) +
+             "-r" +
              std::to_string(repeat);
     runs.push_back(run);
   };
@@ -289,11 +303,21 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
     common.insert(common.end(), {"--train-limit", std::to_string(s.train_limit)});
   if (s.test_limit > 0) common.insert(common.end(), {"--test-limit", std::to_string(s.test_limit)});
   std::vector<std::string> cmd;
-  if (run.config.system == "ddp") {
-    cmd = {"/usr/bin/python3", peer, "--hook", run.config.hook};
-    momentum(cmd);
+  const auto add_initial_weights = [&] {
     const std::string weights = initial_weights_path(s, run.model, seed);
     if (!weights.empty()) cmd.insert(cmd.end(), {"--initial-weights", weights});
+  };
+  if (run.config.system == "python") {
+    cmd = {"/usr/bin/python3", peer};
+    cmd.insert(cmd.end(), run.config.diloco_flags.begin(), run.config.diloco_flags.end());
+    cmd.insert(cmd.end(), {"--compressor", run.config.codec});
+    momentum(cmd);
+    add_initial_weights();
+    if (!run.floor) cmd.insert(cmd.end(), {"--link-bandwidth", run.bandwidth});
+  } else if (run.config.system == "ddp") {
+    cmd = {"/usr/bin/python3", peer, "--hook", run.config.hook};
+    momentum(cmd);
+    add_initial_weights();
     if (run.config.hook == "powersgd") {
       cmd.insert(cmd.end(), {"--powersgd-rank", std::to_string(run.config.powersgd_rank),
                              "--powersgd-start-iter", std::to_string(run.config.powersgd_start)});

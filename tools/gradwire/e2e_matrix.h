@@ -98,7 +98,9 @@ std::string initial_weights_path(const Settings& settings, const std::string& mo
 
 struct Config {
   std::string name;                  // as written in --configs
-  std::string system;                // "gradwire" or "ddp"
+  // "gradwire" (gradwire train), "ddp" (the DDP peer) or "python" (the Python module's
+  // DiLoCo in the same peer's plain PyTorch loop: python:diloco:...)
+  std::string system;
   std::string hook;                  // ddp: allreduce, fp16, bf16, powersgd, gradwire
   int powersgd_rank = 2;             // ddp:powersgd: matrix_approximation_rank
   long long powersgd_start = -1;     // ddp:powersgd: start_powerSGD_iter (-1: a tenth)
@@ -117,6 +119,8 @@ struct Config {
   bool ps() const { return !updater.empty(); }
   bool gossip() const { return !gossip_trigger.empty(); }
   bool diloco() const { return !diloco_flags.empty(); }
+  // Runs bench/peers/ddp_peer.py (PyTorch), not gradwire train.
+  bool runs_peer() const { return system == "ddp" || system == "python"; }
 };
 
 // ConfigError for an unknown hook, updater, consistency or codec, before any run starts.

@@ -249,6 +249,8 @@ PYBIND11_MODULE(_C, m) {
       .def("finish", &DiLoCoModel::finish, py::call_guard<py::gil_scoped_release>())
       .def("global_parameters", &DiLoCoModel::global_parameters,
            py::call_guard<py::gil_scoped_release>())
+      .def("wait_for_exchange", &DiLoCoModel::wait_for_exchange,
+           py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("just_synchronized", &DiLoCoModel::just_synchronized)
       .def_property_readonly("rank", &DiLoCoModel::rank)
       .def_property_readonly("world_size", &DiLoCoModel::world_size)

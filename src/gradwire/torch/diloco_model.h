@@ -42,6 +42,8 @@ class DiLoCoModel {
   void finish(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& buffers);
   // The model the ranks agree on (theta_g), into `out` (tensors shaped as the parameters).
   void global_parameters(const std::vector<at::Tensor>& out) const;
+  // Waits for the exchange in flight (it still lands at its step): see the strategy's.
+  void wait_for_exchange() const { strategy_->wait_for_exchange(); }
   // True when the last after_step() landed a round's last fragment.
   bool just_synchronized() const { return strategy_->just_synchronized(); }
 

@@ -103,6 +103,10 @@ class DiLoCoStrategy : public Strategy {
   // rank: the model the ranks agree on, to evaluate), written into `out` (shaped as the
   // parameters). Between steps.
   void global_parameters(const FloatSpans& out) const;
+  // Waits until the exchange in flight (if any) has finished on this rank; it still lands
+  // at its step. For a program that stops its clock (to evaluate, to checkpoint) and must
+  // not let the exchange run on in time it does not count. Between steps.
+  void wait_for_exchange() const { wait_in_flight(); }
   // For tests: the fragments' tensors.
   std::vector<std::vector<size_t>> fragment_tensors() const;
 
