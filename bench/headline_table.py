@@ -21,6 +21,8 @@ ROWS = [
     ("e2e-gpt-4hosts-100mbit-seeds", 4, "auto", "auto (the default)"),
     ("e2e-gpt-4hosts-10mbit-diloco-seeds", 4, "diloco:inner_steps=auto", "DiLoCo, 4-bit, auto H"),
     ("e2e-cnn-wide-4hosts-diloco-seeds", 4, "diloco:inner_steps=auto", "DiLoCo, 4-bit, auto H"),
+    ("e2e-cnn-wide-4hosts-100mbit-hook-seeds", 4, "ddp:gradwire-powersgd",
+     "Python: DDP + `gradwire.ddp.hook`, PowerSGD"),
 ]
 
 

@@ -45,6 +45,7 @@ import contextlib
 import datetime
 import gzip
 import json
+import logging
 import math
 import os
 import struct
@@ -514,6 +515,10 @@ def register_hook(ddp, args, total_steps, counter):
         # gradwire's codecs as DDP's hook. Its collectives run in C++, past dist.all_reduce:
         # its bytes come from its own counters.
         gradwire = import_gradwire()
+        # auto's decisions (the gradwire.ddp logger, rank 0) into the run's log.
+        log = logging.getLogger("gradwire")
+        log.setLevel(logging.INFO)
+        log.addHandler(logging.StreamHandler(sys.stdout))
         state, hook = gradwire.ddp.hook(args.gradwire_codec, model=ddp.module,
                                         bucket_cap_mb=args.bucket_mb)
         ddp.register_comm_hook(state, hook)

@@ -42,8 +42,9 @@ class HookState:
     The exchange is gradwire's allreduce strategy over all the model's parameters, with
     its own buckets (DDP's buckets only hand the gradients over): codec state per
     parameter, exchanges during backward, and for "auto" the C++ strategy's plans,
-    measurements and decisions. Parameters are numbered in the order DDP's first step
-    shows them, the same in every run of the program.
+    measurements and decisions. Parameters are numbered in the model's registration
+    order, as the C++ path numbers them (read from DDP's first step, whose buckets hold
+    them in that order), the same in every run of the program.
 
     Args:
         codec: a codec spec ("none", "fp16", "int8", "powersgd:rank=8",

@@ -120,3 +120,35 @@ def error_of(fn):
         return "ok"
     except gradwire.Error as e:
         return (type(e).__name__, str(e))
+
+
+def first_failing_step(step, steps, die_at, dies):
+    """Runs step(i) for i < steps; when `dies`, this process exits (as a killed rank does)
+    before step `die_at`. The first gradwire.Error: (its type's name, its message, the
+    seconds that step ran, i); "no failure" when none."""
+    import time
+    import gradwire
+    for i in range(steps):
+        if dies and i == die_at:
+            os._exit(3)
+        start = time.monotonic()
+        try:
+            step(i)
+        except gradwire.Error as e:
+            return (type(e).__name__, str(e), time.monotonic() - start, i)
+    return "no failure"
+
+
+def check_dead_peer_failed(results, timeout, dead_rank, at_step):
+    """Every rank but the dead one failed at `at_step` within twice the timeout (and a
+    margin for this loaded machine), with a gradwire error. (The message names the rank
+    only when a collective waited past slow_after first; a closed connection fails at once
+    and names Gloo's peer address: not yet the rank.)"""
+    for rank, result in enumerate(results):
+        if rank == dead_rank:
+            continue
+        assert isinstance(result, tuple), (rank, result)
+        name, message, seconds, step = result
+        assert step == at_step, (rank, result)
+        assert seconds <= 2 * timeout + 5, (rank, result)
+        assert name in ("Error", "TimeoutError"), (rank, result)

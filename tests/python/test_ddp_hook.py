@@ -12,7 +12,8 @@ import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gradwire
-from ranks import error_of, RankFailure, expect_success, run_ranks
+from ranks import (check_dead_peer_failed, error_of, expect_success, first_failing_step,
+                   RankFailure, run_ranks)
 
 # Small buckets, so that every model is several buckets (and DDP rebuilds them).
 BUCKET_MB = 0.004
@@ -366,29 +367,19 @@ def test_a_refused_gradient_fails_the_step_on_every_rank():
 
 
 def dead_peer_worker(rank, world, timeout):
-    import os
-    import time
     torch.manual_seed(0)
     ddp = DDP(Net(), bucket_cap_mb=BUCKET_MB)
     state, hook = gradwire.ddp.hook("int8", timeout=timeout)
     ddp.register_comm_hook(state, hook)
-    for step, (x, y) in enumerate(batches(rank, 6)):
-        if step == 3 and rank == world - 1:
-            os._exit(3)  # killed before its fourth backward
-        start = time.monotonic()
-        try:
-            F.cross_entropy(ddp(x), y).backward()
-        except gradwire.Error as e:
-            return (type(e).__name__, str(e), time.monotonic() - start, step)
-    return "no failure"
+    data = batches(rank, 6)
+
+    def step(i):
+        F.cross_entropy(ddp(data[i][0]), data[i][1]).backward()
+    # The last rank is killed before its fourth backward.
+    return first_failing_step(step, len(data), 3, rank == world - 1)
 
 
 def test_a_dead_peer_fails_every_other_rank_within_the_timeout():
     timeout = 6.0
-    results = run_ranks(3, dead_peer_worker, timeout, timeout=90)
-    for rank in range(2):
-        assert isinstance(results[rank], tuple), (rank, results[rank])
-        name, message, seconds, step = results[rank]
-        assert step == 3, results[rank]
-        assert seconds <= 2 * timeout + 5, results[rank]
-        assert name in ("Error", "TimeoutError"), results[rank]
+    check_dead_peer_failed(run_ranks(3, dead_peer_worker, timeout, timeout=90), timeout,
+                          dead_rank=2, at_step=3)
