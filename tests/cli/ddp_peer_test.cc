@@ -142,4 +142,53 @@ TEST(DdpPeerTest, GptWithAccumulationFollowsGradwireNone) {
   for (const auto& f : {corpus, weights, ours, theirs}) std::filesystem::remove(f);
 }
 
+// The Python module's DiLoCo (the peer's --strategy diloco: gradwire.DiLoCo in a PyTorch
+// loop) against `gradwire train --strategy diloco` on the same job, fragments streamed with
+// a delay, int8 outer gradients: the same schedule (the same bytes exchanged), rank 0's
+// model at every evaluation and the final averaged model within 1% of accuracy (the float
+// sums of two programs may round differently), one model on every rank at the end.
+TEST(DdpPeerTest, PythonDiLoCoFollowsTheCppStrategy) {
+#ifndef GRADWIRE_PYTHON_PATH
+  GTEST_SKIP() << "built without the Python module (GRADWIRE_WITH_PYTHON=OFF)";
+#else
+  const std::string args =
+      " --model cnn --epochs 1 --batch-size 32 --train-limit 1024 --test-limit 500"
+      " --eval-every 4 --progress none --strategy diloco --inner-steps 4 --fragments 2"
+      " --fragment-delay 1 --outer-lr 0.7 --outer-momentum 0.9 --compressor int8 --metrics ";
+  const std::string ours = temp_path("diloco_gradwire.jsonl");
+  const std::string theirs = temp_path("diloco_python.jsonl");
+  auto r = run_command(std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1" + args + ours,
+                       300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_command("env PYTHONPATH=" GRADWIRE_PYTHON_PATH " " + std::string(GRADWIRE_CLI) +
+                      " run -n 2 -- /usr/bin/python3 " + GRADWIRE_DDP_PEER + args + theirs,
+                  300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto a = read_events(ours, "summary"), b = read_events(theirs, "summary");
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  EXPECT_EQ(b[0]["strategy"], "diloco");
+  EXPECT_EQ(a[0]["initial_checksum"], b[0]["initial_checksum"]);
+  EXPECT_EQ(a[0]["steps"], 16);
+  EXPECT_EQ(b[0]["steps"], 16);
+  EXPECT_GT(b[0]["bytes_contributed"].get<double>(), 0);
+  EXPECT_EQ(a[0]["bytes_contributed"], b[0]["bytes_contributed"]);
+  EXPECT_EQ(a[0]["bytes_on_wire"], b[0]["bytes_on_wire"]);
+  const auto checksums = b[0]["param_checksums"];
+  ASSERT_EQ(checksums.size(), 2u);
+  EXPECT_EQ(checksums[0], checksums[1]);  // finish(): one model
+  const auto ea = read_events(ours, "eval"), eb = read_events(theirs, "eval");
+  ASSERT_EQ(ea.size(), eb.size());
+  ASSERT_GE(ea.size(), 4u);
+  for (size_t i = 0; i < ea.size(); ++i) {
+    EXPECT_EQ(ea[i]["step"], eb[i]["step"]);
+    EXPECT_NEAR(ea[i]["test_accuracy"].get<double>(), eb[i]["test_accuracy"].get<double>(), 0.01)
+        << "at step " << ea[i]["step"];
+  }
+  EXPECT_NEAR(a[0]["test_accuracy"].get<double>(), b[0]["test_accuracy"].get<double>(), 0.01);
+  std::filesystem::remove(ours);
+  std::filesystem::remove(theirs);
+#endif
+}
+
 }  // namespace

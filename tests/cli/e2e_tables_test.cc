@@ -91,6 +91,23 @@ TEST(E2eMatrixTest, TheDefaultMatrixRunsDdpPowerSgdAsAutosPlan) {
 
 // diloco:KEY=VALUE,.../CODEC runs `gradwire train --strategy diloco` with those flags, the
 // codec as the outer gradient's and the link told; malformed ones fail naming the form.
+// The command of a 4-worker cnn run of `c` at 10 Mbit.
+std::vector<std::string> command_at_10mbit(const e2e::Config& c) {
+  e2e::Run run;
+  run.config = c;
+  run.model = "cnn";
+  run.bandwidth = "10mbit";
+  run.workers = 4;
+  run.id = "x";
+  return e2e::run_command(settings(1), run, "gradwire", "peer.py", "m.jsonl");
+}
+
+// The value after `flag` in a command, "(absent)" without one.
+std::string flag_value(const std::vector<std::string>& cmd, const std::string& flag) {
+  const auto at = std::find(cmd.begin(), cmd.end(), flag);
+  return at == cmd.end() || at + 1 == cmd.end() ? std::string("(absent)") : *(at + 1);
+}
+
 // python:diloco:... runs the same flags through the peer's PyTorch loop (gradwire.DiLoCo).
 TEST(E2eMatrixTest, PythonDiLoCoRunsThePeerWithTheTrainersFlags) {
   const std::string text = "python:diloco:inner_steps=50,fragments=2,delay=5,epochs=2/int4";
@@ -98,20 +115,11 @@ TEST(E2eMatrixTest, PythonDiLoCoRunsThePeerWithTheTrainersFlags) {
   EXPECT_EQ(c.system, "python");
   EXPECT_EQ(c.name, text);
   EXPECT_TRUE(c.runs_peer());
-  e2e::Run run;
-  run.config = c;
-  run.model = "cnn";
-  run.bandwidth = "10mbit";
-  run.workers = 4;
-  run.id = "x";
-  const auto cmd = e2e::run_command(settings(1), run, "gradwire", "peer.py", "m.jsonl");
+  const auto cmd = command_at_10mbit(c);
   ASSERT_GE(cmd.size(), 2u);
   EXPECT_EQ(cmd[0], "/usr/bin/python3");
   EXPECT_EQ(cmd[1], "peer.py");
-  const auto value = [&](const std::string& flag) {
-    const auto at = std::find(cmd.begin(), cmd.end(), flag);
-    return at == cmd.end() || at + 1 == cmd.end() ? std::string("(absent)") : *(at + 1);
-  };
+  const auto value = [&](const std::string& flag) { return flag_value(cmd, flag); };
   EXPECT_EQ(value("--strategy"), "diloco");
   EXPECT_EQ(value("--inner-steps"), "50");
   EXPECT_EQ(value("--fragment-delay"), "5");
@@ -133,17 +141,8 @@ TEST(E2eMatrixTest, DiLoCoConfigurationsBecomeTrainFlags) {
       e2e::parse_config("diloco:inner_steps=50,fragments=4,delay=2,epochs=2/int4");
   EXPECT_TRUE(c.diloco());
   EXPECT_EQ(c.codec, "int4");
-  e2e::Run run;
-  run.config = c;
-  run.model = "cnn";
-  run.bandwidth = "10mbit";
-  run.workers = 4;
-  run.id = "x";
-  const auto cmd = e2e::run_command(settings(1), run, "gradwire", "peer.py", "m.jsonl");
-  const auto value = [&](const std::string& flag) {
-    const auto at = std::find(cmd.begin(), cmd.end(), flag);
-    return at == cmd.end() || at + 1 == cmd.end() ? std::string("(absent)") : *(at + 1);
-  };
+  const auto cmd = command_at_10mbit(c);
+  const auto value = [&](const std::string& flag) { return flag_value(cmd, flag); };
   EXPECT_EQ(value("--strategy"), "diloco");
   EXPECT_EQ(value("--inner-steps"), "50");
   EXPECT_EQ(value("--fragments"), "4");
