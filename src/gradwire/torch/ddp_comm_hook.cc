@@ -156,24 +156,30 @@ void DdpCommHook::create_strategy() {
   // Registration order: the first step's buckets last to first, each as listed (the
   // header says why).
   const size_t n = tensors_.size();
-  std::vector<size_t> order;  // order[new index] = index in the first step
-  order.reserve(n);
-  size_t end = n;
-  for (auto count = first_step_buckets_.rbegin(); count != first_step_buckets_.rend(); ++count) {
-    for (size_t k = end - *count; k < end; ++k) order.push_back(k);
-    end -= *count;
+  size_t counted = 0;
+  for (size_t count : first_step_buckets_) counted += count;
+  // Once: a creation that failed after this left the parameters ordered (and the counts of
+  // the steps since cover none of them).
+  if (counted == n) {
+    std::vector<size_t> order;  // order[new index] = index in the first step
+    order.reserve(n);
+    size_t end = n;
+    for (auto count = first_step_buckets_.rbegin(); count != first_step_buckets_.rend(); ++count) {
+      for (size_t k = end - *count; k < end; ++k) order.push_back(k);
+      end -= *count;
+    }
+    std::vector<size_t> new_index(n);
+    for (size_t k = 0; k < n; ++k) new_index[order[k]] = k;
+    std::vector<compress::TensorInfo> tensors(n);
+    strategy::FloatSpans spans(n);
+    for (size_t k = 0; k < n; ++k) {
+      tensors[k] = std::move(tensors_[order[k]]);
+      spans[k] = spans_[order[k]];
+    }
+    tensors_ = std::move(tensors);
+    spans_ = std::move(spans);
+    for (auto& [key, index] : index_of_) index = new_index[index];
   }
-  std::vector<size_t> new_index(n);
-  for (size_t k = 0; k < n; ++k) new_index[order[k]] = k;
-  std::vector<compress::TensorInfo> tensors(n);
-  strategy::FloatSpans spans(n);
-  for (size_t k = 0; k < n; ++k) {
-    tensors[k] = std::move(tensors_[order[k]]);
-    spans[k] = spans_[order[k]];
-  }
-  tensors_ = std::move(tensors);
-  spans_ = std::move(spans);
-  for (auto& [key, index] : index_of_) index = new_index[index];
   first_step_buckets_.clear();
   strategy_ = strategy::create_allreduce_strategy(*collectives_, strategy_options(options_));
   strategy_->start(tensors_, spans_);  // issues no collective, touches no span
