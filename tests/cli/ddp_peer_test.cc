@@ -157,8 +157,8 @@ TEST(DdpPeerTest, PythonDiLoCoFollowsTheCppStrategy) {
       " --fragment-delay 1 --outer-lr 0.7 --outer-momentum 0.9 --compressor int8 --metrics ";
   const std::string ours = temp_path("diloco_gradwire.jsonl");
   const std::string theirs = temp_path("diloco_python.jsonl");
-  auto r = run_command(std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1" + args + ours,
-                       300);
+  auto r =
+      run_command(std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1" + args + ours, 300);
   ASSERT_EQ(r.status, 0) << r.output;
   r = run_command("env PYTHONPATH=" GRADWIRE_PYTHON_PATH " " + std::string(GRADWIRE_CLI) +
                       " run -n 2 -- /usr/bin/python3 " + GRADWIRE_DDP_PEER + args + theirs,

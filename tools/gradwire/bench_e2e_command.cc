@@ -475,15 +475,16 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
   e2e->add_option("--bandwidth", args->bandwidths, "link rates, comma-separated (tc notation)")
       ->capture_default_str();
   e2e->add_option("--models", args->models, "models, comma-separated")->capture_default_str();
-  e2e->add_option("--configs", args->configs,
-                  "configurations (space-separated): ddp:HOOK (ddp:powersgd:rank=R,start=N; "
-                  "ddp:gradwire-CODEC: DDP with gradwire's hook, the Python module), "
-                  "ps:UPDATER[:CONSISTENCY], "
-                  "gossip:TRIGGER (every, period:K, adaptive), gossip-wait:TRIGGER (--gossip-wait), "
-                  "diloco:KEY=V,.../CODEC, python:diloco:KEY=V,.../CODEC (the Python module's "
-                  "gradwire.DiLoCo in a PyTorch loop) or a codec spec; default: "
-                  "DDP's allreduce, fp16 and PowerSGD (rank 8, 2 dense steps) and gradwire's none, "
-                  "fp16, int8, PowerSGD (rank 8) and auto");
+  e2e->add_option(
+      "--configs", args->configs,
+      "configurations (space-separated): ddp:HOOK (ddp:powersgd:rank=R,start=N; "
+      "ddp:gradwire-CODEC: DDP with gradwire's hook, the Python module), "
+      "ps:UPDATER[:CONSISTENCY], "
+      "gossip:TRIGGER (every, period:K, adaptive), gossip-wait:TRIGGER (--gossip-wait), "
+      "diloco:KEY=V,.../CODEC, python:diloco:KEY=V,.../CODEC (the Python module's "
+      "gradwire.DiLoCo in a PyTorch loop) or a codec spec; default: "
+      "DDP's allreduce, fp16 and PowerSGD (rank 8, 2 dense steps) and gradwire's none, "
+      "fp16, int8, PowerSGD (rank 8) and auto");
   e2e->add_option("--epochs", s.epochs)->capture_default_str();
   e2e->add_option("--target-accuracy", args->targets,
                   "the plateau accuracy to time: 0.88, 88, or per model cnn=0.88,cnn-wide=0.89")

@@ -259,8 +259,7 @@ std::vector<Run> build_matrix(const Settings& settings) {
     run.id = model + "-" + (floor ? std::string("floor") : slug(bw)) + "-" + config.system + "-" +
              slug(config.system == "gradwire" ? config.name
                                               : config.name.substr(config.name.find(':') + 1)) +
-             "-r" +
-             std::to_string(repeat);
+             "-r" + std::to_string(repeat);
     runs.push_back(run);
   };
   std::vector<Config> configs;

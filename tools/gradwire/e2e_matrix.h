@@ -97,7 +97,7 @@ std::map<std::string, double> parse_targets(const std::string& text,
 std::string initial_weights_path(const Settings& settings, const std::string& model, uint64_t seed);
 
 struct Config {
-  std::string name;                  // as written in --configs
+  std::string name;  // as written in --configs
   // "gradwire" (gradwire train), "ddp" (the DDP peer) or "python" (the Python module's
   // DiLoCo in the same peer's plain PyTorch loop: python:diloco:...)
   std::string system;
