@@ -6,7 +6,11 @@
 
 #include <atomic>
 #include <cstdio>
+#include <functional>
 #include <mutex>
+#include <string>
+#include <utility>
+#include <vector>
 
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 
@@ -281,17 +285,21 @@ TEST(GlooCollectivesTest, RankThatStopsCallingIsNamedWithinTheTimeout) {
   std::remove(options.failure_report_file.c_str());
 }
 
-TEST(GlooCollectivesTest, RankThatThrowsLeavesPromptlyAndPeersFail) {
-  // Rank 1 fails between collectives while rank 0 waits in the next one. Rank 1 must not
-  // sit in a farewell barrier for the collective timeout, and rank 0 must fail soon after.
-  std::atomic<double> rank1_exit_s{-1}, rank0_fail_s{-1};
+TEST(GlooCollectivesTest, RankThatThrowsLeavesPromptlyAndPeersFailNamingIt) {
+  // Rank 1 fails between collectives while ranks 0 and 2 wait in the next one. Rank 1 must
+  // not sit in a farewell barrier for the collective timeout; the others must fail soon
+  // after, naming rank 1 (its connections closed: a quick failure, named once the other
+  // survivor has failed too).
+  std::atomic<double> rank1_exit_s{-1};
+  std::mutex mu;
+  std::vector<std::pair<double, std::string>> failures;  // ranks 0 and 2: when, and the error
   const auto start = std::chrono::steady_clock::now();
   auto since_start = [&] {
     return std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   };
   try {
     run_gloo_ranks(
-        2,
+        3,
         [&](int rank, std::unique_ptr<Collectives>& cp) {
           cp->barrier();
           if (rank == 1) {
@@ -305,8 +313,9 @@ TEST(GlooCollectivesTest, RankThatThrowsLeavesPromptlyAndPeersFail) {
           std::vector<float> v(4, 1.0f);
           try {
             cp->allreduce_sum(v.data(), v.size(), DataType::kFloat32);
-          } catch (const Error&) {
-            rank0_fail_s = since_start();
+          } catch (const Error& e) {
+            std::lock_guard lock(mu);
+            failures.emplace_back(since_start(), e.what());
           }
         },
         quick_timeouts(20s, /*op=*/20s));
@@ -314,8 +323,14 @@ TEST(GlooCollectivesTest, RankThatThrowsLeavesPromptlyAndPeersFail) {
   }
   EXPECT_GE(rank1_exit_s.load(), 0.0);
   EXPECT_LT(rank1_exit_s.load(), 10.0);
-  EXPECT_GE(rank0_fail_s.load(), 0.0);
-  EXPECT_LT(rank0_fail_s.load(), 15.0);
+  ASSERT_EQ(failures.size(), 2u);
+  for (const auto& [seconds, message] : failures) {
+    EXPECT_LT(seconds, 15.0) << message;
+    EXPECT_TRUE(message.find("rank 1 had not reached it") != std::string::npos ||
+                message.find("rank 1 did not arrive") != std::string::npos)
+        << message;
+    EXPECT_EQ(message.find("ranks "), std::string::npos) << message;  // rank 1 alone
+  }
 }
 
 }  // namespace

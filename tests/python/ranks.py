@@ -141,9 +141,9 @@ def first_failing_step(step, steps, die_at, dies):
 
 def check_dead_peer_failed(results, timeout, dead_rank, at_step):
     """Every rank but the dead one failed at `at_step` within twice the timeout (and a
-    margin for this loaded machine), with a gradwire error. (The message names the rank
-    only when a collective waited past slow_after first; a closed connection fails at once
-    and names Gloo's peer address: not yet the rank.)"""
+    margin for this loaded machine), with a gradwire error naming the dead rank (a closed
+    connection fails at once; the survivors then name the rank that had not reached the
+    collective, gloo_collectives.cc)."""
     for rank, result in enumerate(results):
         if rank == dead_rank:
             continue
@@ -152,3 +152,5 @@ def check_dead_peer_failed(results, timeout, dead_rank, at_step):
         assert step == at_step, (rank, result)
         assert seconds <= 2 * timeout + 5, (rank, result)
         assert name in ("Error", "TimeoutError"), (rank, result)
+        assert ("rank %d had not reached" % dead_rank in message
+                or "rank %d did not arrive" % dead_rank in message), (rank, result)

@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cstring>
 #include <exception>
+#include <thread>
 
 #include "gradwire/core/error.h"
 #include "gradwire/core/failure_report.h"
@@ -36,6 +37,10 @@ at::Tensor byte_view(void* data, size_t bytes) {
 // critical path. When a collective fails, the ranks whose published progress is below n
 // are the ones that never arrived: every rank that did arrive was waiting, and so has
 // published n.
+// A collective that fails at once (a peer exited and its connections closed) publishes n
+// too, and waits up to twice slow_after for the others to publish: each rank still alive
+// and in #n has failed as well or has waited past slow_after by then. The ranks still
+// behind are named as not having reached #n: a rank that exited, or one still before it.
 std::string progress_key(int rank) { return "progress/" + std::to_string(rank); }
 
 class GlooCollectives;
@@ -276,23 +281,41 @@ class GlooCollectives : public Collectives {
     return behind;
   }
 
-  // Builds the error for a failed operation and why. After a wait past slow_after, the
-  // ranks that arrived have published their progress, so it also names the ranks that
-  // never reached the operation; a quick failure (a peer closed its connections) names none.
+  // The ranks behind `sequence` once every rank that is alive and in it has published:
+  // polls the store for up to twice slow_after (see the diagnosis above), returning early
+  // when none is behind or the store cannot be read.
+  std::vector<int> ranks_behind_after_settling(uint64_t sequence, std::string& note) {
+    const auto deadline = std::chrono::steady_clock::now() + 2 * slow_after_;
+    std::vector<int> behind = ranks_behind(sequence, note);
+    while (!behind.empty() && note.empty() && std::chrono::steady_clock::now() < deadline) {
+      std::this_thread::sleep_for(std::chrono::milliseconds(50));
+      behind = ranks_behind(sequence, note);
+    }
+    return behind;
+  }
+
+  // Builds the error for a failed operation and why. After a wait past slow_after
+  // (`waited`), the ranks that arrived have published their progress, so it names the
+  // ranks that never reached the operation within the timeout (TimeoutError, and the
+  // failure report). A quick failure (a peer closed its connections) names the ranks that
+  // had not reached it once the others had failed too (Error: the cause is the connection).
   [[noreturn]] void fail(uint64_t sequence, const std::string& op, const std::string& cause,
-                         bool diagnose) {
+                         bool waited) {
     publish_progress(sequence);
     std::string progress_note;
-    const std::vector<int> behind =
-        diagnose ? ranks_behind(sequence, progress_note) : std::vector<int>{};
+    const std::vector<int> behind = waited ? ranks_behind(sequence, progress_note)
+                                           : ranks_behind_after_settling(sequence, progress_note);
     std::string message =
         op + " #" + std::to_string(sequence) + " failed on rank " + std::to_string(rank_);
-    if (!behind.empty()) {
+    if (!behind.empty() && waited) {
       message += ": " + describe_ranks(behind) + " did not arrive within " +
                  std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s";
+    } else if (!behind.empty()) {
+      message += ": " + describe_ranks(behind) +
+                 " had not reached it (exited, or still before it)";
     }
     message += progress_note + " [" + cause + "]";
-    if (!behind.empty()) {
+    if (!behind.empty() && waited) {
       write_failure_report(failure_report_file_, {behind, message});
       throw TimeoutError(message);
     }
@@ -318,7 +341,7 @@ class GlooCollectives : public Collectives {
     try {
       return fn();
     } catch (const std::exception& e) {
-      fail(sequence_, "collective", e.what(), /*diagnose=*/false);
+      fail(sequence_, "collective", e.what(), /*waited=*/false);
     }
   }
 
