@@ -23,6 +23,8 @@ ROWS = [
     ("e2e-cnn-wide-4hosts-diloco-seeds", 4, "diloco:inner_steps=auto", "DiLoCo, 4-bit, auto H"),
     ("e2e-cnn-wide-4hosts-100mbit-hook-seeds", 4, "ddp:gradwire-powersgd",
      "Python: DDP + `gradwire.ddp.hook`, PowerSGD"),
+    ("e2e-gpt-4hosts-100mbit-hook-seeds", 4, "ddp:gradwire-int8",
+     "Python: DDP + `gradwire.ddp.hook`, int8"),
 ]
 
 

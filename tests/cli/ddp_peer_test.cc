@@ -27,6 +27,36 @@ std::vector<nlohmann::json> read_events(const std::string& path, const std::stri
   return lines;
 }
 
+// Runs `gradwire train ...` and the peer, each writing its metrics to its path (appended to
+// its command), and reads each one's single summary.
+void run_both(const std::string& gradwire_command, const std::string& peer_command,
+              const std::string& ours, const std::string& theirs, nlohmann::json& our_summary,
+              nlohmann::json& their_summary) {
+  auto r = run_command(gradwire_command + ours, 300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  r = run_command(peer_command + theirs, 300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  const auto a = read_events(ours, "summary"), b = read_events(theirs, "summary");
+  ASSERT_EQ(a.size(), 1u);
+  ASSERT_EQ(b.size(), 1u);
+  our_summary = a[0];
+  their_summary = b[0];
+}
+
+// Both runs evaluated at the same steps (at least `at_least` times), `metric` within
+// `tolerance` of each other at every one.
+void expect_same_evaluations(const std::string& ours, const std::string& theirs,
+                             const std::string& metric, double tolerance, size_t at_least) {
+  const auto ea = read_events(ours, "eval"), eb = read_events(theirs, "eval");
+  ASSERT_EQ(ea.size(), eb.size());
+  ASSERT_GE(ea.size(), at_least);
+  for (size_t i = 0; i < ea.size(); ++i) {
+    EXPECT_EQ(ea[i]["step"], eb[i]["step"]);
+    EXPECT_NEAR(ea[i][metric].get<double>(), eb[i][metric].get<double>(), tolerance)
+        << metric << " at step " << ea[i]["step"];
+  }
+}
+
 TEST(DdpPeerTest, ShardsAreDistributedSamplersShards) {
   for (int rank = 0; rank < 4; ++rank) {
     gradwire::DistributedSampler sampler(103, rank, 4, /*seed=*/3);
@@ -51,32 +81,22 @@ TEST(DdpPeerTest, PlainAllreduceFollowsGradwireNoneStepForStep) {
                              " --progress none --metrics ";
     const std::string ours = temp_path(model + "_gradwire.jsonl");
     const std::string theirs = temp_path(model + "_ddp.jsonl");
-    auto r = run_command(std::string(GRADWIRE_CLI) +
-                             " train --workers 2 --threads 1 --compressor none" + args + ours,
-                         300);
-    ASSERT_EQ(r.status, 0) << r.output;
-    r = run_command(std::string(GRADWIRE_CLI) + " run -n 2 -- /usr/bin/python3 " +
-                        GRADWIRE_DDP_PEER + " --hook allreduce" + args + theirs,
-                    300);
-    ASSERT_EQ(r.status, 0) << r.output;
-    const auto a = read_events(ours, "summary"), b = read_events(theirs, "summary");
-    ASSERT_EQ(a.size(), 1u);
-    ASSERT_EQ(b.size(), 1u);
-    EXPECT_EQ(a[0]["initial_checksum"], b[0]["initial_checksum"]) << model;
-    EXPECT_EQ(a[0]["steps"], b[0]["steps"]);
+    nlohmann::json a, b;
+    ASSERT_NO_FATAL_FAILURE(run_both(
+        std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1 --compressor none" + args,
+        std::string(GRADWIRE_CLI) + " run -n 2 -- /usr/bin/python3 " + GRADWIRE_DDP_PEER +
+            " --hook allreduce" + args,
+        ours, theirs, a, b));
+    EXPECT_EQ(a["initial_checksum"], b["initial_checksum"]) << model;
+    EXPECT_EQ(a["steps"], b["steps"]);
     // Both send fp32 gradients by ring allreduce: the same contribution, and on the wire
     // the same but for ceil(B/W) rounding per allreduce (DDP's first bucket is 1 MiB).
-    EXPECT_EQ(a[0]["bytes_contributed"], b[0]["bytes_contributed"]) << model;
-    const double wire_a = a[0]["bytes_on_wire"].get<double>();
-    EXPECT_NEAR(wire_a, b[0]["bytes_on_wire"].get<double>(), 1e-4 * wire_a) << model;
-    const auto ea = read_events(ours, "eval"), eb = read_events(theirs, "eval");
-    ASSERT_EQ(ea.size(), eb.size());
-    ASSERT_GE(ea.size(), 2u);
-    for (size_t i = 0; i < ea.size(); ++i) {
-      EXPECT_EQ(ea[i]["step"], eb[i]["step"]);
-      EXPECT_NEAR(ea[i]["test_accuracy"].get<double>(), eb[i]["test_accuracy"].get<double>(), 0.01)
-          << model << " at step " << ea[i]["step"];
-      EXPECT_LE(ea[i]["train_s"].get<double>(), a[0]["elapsed_s"].get<double>());
+    EXPECT_EQ(a["bytes_contributed"], b["bytes_contributed"]) << model;
+    const double wire_a = a["bytes_on_wire"].get<double>();
+    EXPECT_NEAR(wire_a, b["bytes_on_wire"].get<double>(), 1e-4 * wire_a) << model;
+    expect_same_evaluations(ours, theirs, "test_accuracy", 0.01, 2);
+    for (const auto& e : read_events(ours, "eval")) {
+      EXPECT_LE(e["train_s"].get<double>(), a["elapsed_s"].get<double>());
     }
     std::filesystem::remove(ours);
     std::filesystem::remove(theirs);
@@ -112,33 +132,22 @@ TEST(DdpPeerTest, GptWithAccumulationFollowsGradwireNone) {
                            "--test-limit 8 --eval-every 2 --progress none --metrics ";
   const std::string ours = temp_path("gpt_gradwire.jsonl");
   const std::string theirs = temp_path("gpt_ddp.jsonl");
-  r = run_command(
-      std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1 --compressor none" + args + ours,
-      300);
-  ASSERT_EQ(r.status, 0) << r.output;
-  r = run_command(std::string(GRADWIRE_CLI) + " run -n 2 -- /usr/bin/python3 " + GRADWIRE_DDP_PEER +
-                      " --hook allreduce --initial-weights " + weights + args + theirs,
-                  300);
-  ASSERT_EQ(r.status, 0) << r.output;
-  const auto a = read_events(ours, "summary"), b = read_events(theirs, "summary");
-  ASSERT_EQ(a.size(), 1u);
-  ASSERT_EQ(b.size(), 1u);
-  EXPECT_EQ(a[0]["initial_checksum"], b[0]["initial_checksum"]);
-  EXPECT_EQ(a[0]["steps"], 4);
-  EXPECT_EQ(b[0]["steps"], 4);
-  EXPECT_EQ(a[0]["metric"], "val_loss");
-  EXPECT_EQ(b[0]["metric"], "val_loss");
-  EXPECT_EQ(a[0]["recipe"]["optimizer"], "adamw");
-  EXPECT_EQ(b[0]["recipe"]["optimizer"], "adamw");
-  EXPECT_EQ(a[0]["bytes_contributed"], b[0]["bytes_contributed"]);  // one exchange a step
-  const auto ea = read_events(ours, "eval"), eb = read_events(theirs, "eval");
-  ASSERT_EQ(ea.size(), 2u);
-  ASSERT_EQ(eb.size(), 2u);
-  for (size_t i = 0; i < ea.size(); ++i) {
-    EXPECT_EQ(ea[i]["step"], eb[i]["step"]);
-    EXPECT_NEAR(ea[i]["val_loss"].get<double>(), eb[i]["val_loss"].get<double>(), 1e-3)
-        << "at step " << ea[i]["step"];
-  }
+  nlohmann::json a, b;
+  ASSERT_NO_FATAL_FAILURE(run_both(
+      std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1 --compressor none" + args,
+      std::string(GRADWIRE_CLI) + " run -n 2 -- /usr/bin/python3 " + GRADWIRE_DDP_PEER +
+          " --hook allreduce --initial-weights " + weights + args,
+      ours, theirs, a, b));
+  EXPECT_EQ(a["initial_checksum"], b["initial_checksum"]);
+  EXPECT_EQ(a["steps"], 4);
+  EXPECT_EQ(b["steps"], 4);
+  EXPECT_EQ(a["metric"], "val_loss");
+  EXPECT_EQ(b["metric"], "val_loss");
+  EXPECT_EQ(a["recipe"]["optimizer"], "adamw");
+  EXPECT_EQ(b["recipe"]["optimizer"], "adamw");
+  EXPECT_EQ(a["bytes_contributed"], b["bytes_contributed"]);  // one exchange a step
+  EXPECT_EQ(read_events(ours, "eval").size(), 2u);
+  expect_same_evaluations(ours, theirs, "val_loss", 1e-3, 2);
   for (const auto& f : {corpus, weights, ours, theirs}) std::filesystem::remove(f);
 }
 
@@ -157,35 +166,24 @@ TEST(DdpPeerTest, PythonDiLoCoFollowsTheCppStrategy) {
       " --fragment-delay 1 --outer-lr 0.7 --outer-momentum 0.9 --compressor int8 --metrics ";
   const std::string ours = temp_path("diloco_gradwire.jsonl");
   const std::string theirs = temp_path("diloco_python.jsonl");
-  auto r =
-      run_command(std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1" + args + ours, 300);
-  ASSERT_EQ(r.status, 0) << r.output;
-  r = run_command("env PYTHONPATH=" GRADWIRE_PYTHON_PATH " " + std::string(GRADWIRE_CLI) +
-                      " run -n 2 -- /usr/bin/python3 " + GRADWIRE_DDP_PEER + args + theirs,
-                  300);
-  ASSERT_EQ(r.status, 0) << r.output;
-  const auto a = read_events(ours, "summary"), b = read_events(theirs, "summary");
-  ASSERT_EQ(a.size(), 1u);
-  ASSERT_EQ(b.size(), 1u);
-  EXPECT_EQ(b[0]["strategy"], "diloco");
-  EXPECT_EQ(a[0]["initial_checksum"], b[0]["initial_checksum"]);
-  EXPECT_EQ(a[0]["steps"], 16);
-  EXPECT_EQ(b[0]["steps"], 16);
-  EXPECT_GT(b[0]["bytes_contributed"].get<double>(), 0);
-  EXPECT_EQ(a[0]["bytes_contributed"], b[0]["bytes_contributed"]);
-  EXPECT_EQ(a[0]["bytes_on_wire"], b[0]["bytes_on_wire"]);
-  const auto checksums = b[0]["param_checksums"];
+  nlohmann::json a, b;
+  ASSERT_NO_FATAL_FAILURE(run_both(
+      std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1" + args,
+      "env PYTHONPATH=" GRADWIRE_PYTHON_PATH " " + std::string(GRADWIRE_CLI) +
+          " run -n 2 -- /usr/bin/python3 " + GRADWIRE_DDP_PEER + args,
+      ours, theirs, a, b));
+  EXPECT_EQ(b["strategy"], "diloco");
+  EXPECT_EQ(a["initial_checksum"], b["initial_checksum"]);
+  EXPECT_EQ(a["steps"], 16);
+  EXPECT_EQ(b["steps"], 16);
+  EXPECT_GT(b["bytes_contributed"].get<double>(), 0);
+  EXPECT_EQ(a["bytes_contributed"], b["bytes_contributed"]);
+  EXPECT_EQ(a["bytes_on_wire"], b["bytes_on_wire"]);
+  const auto checksums = b["param_checksums"];
   ASSERT_EQ(checksums.size(), 2u);
   EXPECT_EQ(checksums[0], checksums[1]);  // finish(): one model
-  const auto ea = read_events(ours, "eval"), eb = read_events(theirs, "eval");
-  ASSERT_EQ(ea.size(), eb.size());
-  ASSERT_GE(ea.size(), 4u);
-  for (size_t i = 0; i < ea.size(); ++i) {
-    EXPECT_EQ(ea[i]["step"], eb[i]["step"]);
-    EXPECT_NEAR(ea[i]["test_accuracy"].get<double>(), eb[i]["test_accuracy"].get<double>(), 0.01)
-        << "at step " << ea[i]["step"];
-  }
-  EXPECT_NEAR(a[0]["test_accuracy"].get<double>(), b[0]["test_accuracy"].get<double>(), 0.01);
+  expect_same_evaluations(ours, theirs, "test_accuracy", 0.01, 4);
+  EXPECT_NEAR(a["test_accuracy"].get<double>(), b["test_accuracy"].get<double>(), 0.01);
   std::filesystem::remove(ours);
   std::filesystem::remove(theirs);
 #endif

@@ -181,8 +181,10 @@ void DdpCommHook::create_strategy() {
     for (auto& [key, index] : index_of_) index = new_index[index];
   }
   first_step_buckets_.clear();
-  strategy_ = strategy::create_allreduce_strategy(*collectives_, strategy_options(options_));
-  strategy_->start(tensors_, spans_);  // issues no collective, touches no span
+  // Kept only once started: a creation that throws leaves none, and the next step retries.
+  auto created = strategy::create_allreduce_strategy(*collectives_, strategy_options(options_));
+  created->start(tensors_, spans_);  // issues no collective, touches no span
+  strategy_ = std::move(created);
   status_.assign(1, 0.0f);
   status_carried_ = strategy_->carry_status(status_);
   reported_.assign(n, 1);  // this step showed every one of them
