@@ -167,11 +167,11 @@ TEST(DdpPeerTest, PythonDiLoCoFollowsTheCppStrategy) {
   const std::string ours = temp_path("diloco_gradwire.jsonl");
   const std::string theirs = temp_path("diloco_python.jsonl");
   nlohmann::json a, b;
-  ASSERT_NO_FATAL_FAILURE(run_both(
-      std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1" + args,
-      "env PYTHONPATH=" GRADWIRE_PYTHON_PATH " " + std::string(GRADWIRE_CLI) +
-          " run -n 2 -- /usr/bin/python3 " + GRADWIRE_DDP_PEER + args,
-      ours, theirs, a, b));
+  ASSERT_NO_FATAL_FAILURE(
+      run_both(std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1" + args,
+               "env PYTHONPATH=" GRADWIRE_PYTHON_PATH " " + std::string(GRADWIRE_CLI) +
+                   " run -n 2 -- /usr/bin/python3 " + GRADWIRE_DDP_PEER + args,
+               ours, theirs, a, b));
   EXPECT_EQ(b["strategy"], "diloco");
   EXPECT_EQ(a["initial_checksum"], b["initial_checksum"]);
   EXPECT_EQ(a["steps"], 16);

@@ -311,8 +311,7 @@ class GlooCollectives : public Collectives {
       message += ": " + describe_ranks(behind) + " did not arrive within " +
                  std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s";
     } else if (!behind.empty()) {
-      message += ": " + describe_ranks(behind) +
-                 " had not reached it (exited, or still before it)";
+      message += ": " + describe_ranks(behind) + " had not reached it (exited, or still before it)";
     }
     message += progress_note + " [" + cause + "]";
     if (!behind.empty() && waited) {
