@@ -307,11 +307,11 @@ class GlooCollectives : public Collectives {
                                            : ranks_behind_after_settling(sequence, progress_note);
     std::string message =
         op + " #" + std::to_string(sequence) + " failed on rank " + std::to_string(rank_);
-    if (!behind.empty() && waited) {
-      message += ": " + describe_ranks(behind) + " did not arrive within " +
-                 std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s";
-    } else if (!behind.empty()) {
-      message += ": " + describe_ranks(behind) + " had not reached it (exited, or still before it)";
+    if (!behind.empty()) {
+      message += ": " + describe_ranks(behind) +
+                 (waited ? " did not arrive within " +
+                               std::to_string(timeout_.count() / 1000.0).substr(0, 6) + " s"
+                         : std::string(" had not reached it (exited, or still before it)"));
     }
     message += progress_note + " [" + cause + "]";
     if (!behind.empty() && waited) {
