@@ -7,6 +7,7 @@
 #include <atomic>
 #include <cstdio>
 #include <functional>
+#include <map>
 #include <mutex>
 #include <string>
 #include <utility>
@@ -330,6 +331,109 @@ TEST(GlooCollectivesTest, RankThatThrowsLeavesPromptlyAndPeersFailNamingIt) {
                 message.find("rank 1 did not arrive") != std::string::npos)
         << message;
     EXPECT_EQ(message.find("ranks "), std::string::npos) << message;  // rank 1 alone
+  }
+}
+
+// A store shared by threads whose server "exits" when `gone` is set: every call then
+// throws, as a TCPStore client's does once rank 0's process has ended. A write of a
+// progress key waits `publish_delay` first (a rank that reaches its failure later).
+class StoreThatCanLeave : public c10d::Store {
+ public:
+  StoreThatCanLeave(c10::intrusive_ptr<c10d::Store> inner, const std::atomic<bool>& gone,
+                    std::chrono::milliseconds publish_delay)
+      : inner_(std::move(inner)), gone_(gone), publish_delay_(publish_delay) {}
+  void set(const std::string& key, const std::vector<uint8_t>& value) override {
+    if (key.find("progress") != std::string::npos) std::this_thread::sleep_for(publish_delay_);
+    check_here();
+    inner_->set(key, value);
+  }
+  std::vector<uint8_t> compareSet(const std::string& key, const std::vector<uint8_t>& expected,
+                                  const std::vector<uint8_t>& desired) override {
+    check_here();
+    return inner_->compareSet(key, expected, desired);
+  }
+  std::vector<uint8_t> get(const std::string& key) override {
+    check_here();
+    return inner_->get(key);
+  }
+  int64_t add(const std::string& key, int64_t value) override {
+    check_here();
+    return inner_->add(key, value);
+  }
+  bool deleteKey(const std::string& key) override {
+    check_here();
+    return inner_->deleteKey(key);
+  }
+  bool check(const std::vector<std::string>& keys) override {
+    check_here();
+    return inner_->check(keys);
+  }
+  int64_t getNumKeys() override {
+    check_here();
+    return inner_->getNumKeys();
+  }
+  void wait(const std::vector<std::string>& keys) override {
+    check_here();
+    inner_->wait(keys);
+  }
+  void wait(const std::vector<std::string>& keys, const std::chrono::milliseconds& t) override {
+    check_here();
+    inner_->wait(keys, t);
+  }
+
+ private:
+  void check_here() const {
+    if (gone_) throw std::runtime_error("Connection reset by peer (the store's server exited)");
+  }
+  c10::intrusive_ptr<c10d::Store> inner_;
+  const std::atomic<bool>& gone_;
+  std::chrono::milliseconds publish_delay_;
+};
+
+TEST(GlooCollectivesTest, SurvivorNamesTheDeadRankAfterTheStoreServerLeft) {
+  // Rank 1 exits; rank 0 (which serves the store) fails and leaves, while rank 2, whose
+  // failure began 0.7 s later, still polls the store: it must keep the reading it had
+  // (rank 1 behind) rather than report the store as unreadable (a race seen in CI).
+  auto shared = c10::make_intrusive<c10d::HashStore>();
+  std::atomic<bool> server_gone{false};
+  std::mutex mu;
+  std::map<int, std::string> failures;  // ranks 0 and 2
+  std::vector<std::thread> ranks;
+  for (int r = 0; r < 3; ++r) {
+    ranks.emplace_back([&, r] {
+      try {
+        GlooOptions options;
+        options.timeout = 20s;
+        options.bind_hostname = "127.0.0.1";
+        auto store =
+            c10::make_intrusive<StoreThatCanLeave>(shared, server_gone, r == 2 ? 700ms : 0ms);
+        auto c = make_gloo_collectives(store, r, 3, options);
+        c->barrier();
+        if (r == 1) {
+          auto leaving = std::move(c);  // its connections close as it unwinds
+          throw std::runtime_error("rank 1 fails");
+        }
+        std::vector<float> v(4, 1.0f);
+        try {
+          c->allreduce_sum(v.data(), v.size(), DataType::kFloat32);
+        } catch (const Error& e) {
+          std::lock_guard lock(mu);
+          failures[r] = e.what();
+        }
+        if (r == 0) server_gone = true;
+      } catch (const std::exception& e) {
+        if (r == 1) return;
+        std::lock_guard lock(mu);
+        failures[r] = std::string("unexpected: ") + e.what();
+      }
+    });
+  }
+  for (auto& t : ranks) t.join();
+  ASSERT_EQ(failures.size(), 2u);
+  for (const auto& [rank, message] : failures) {
+    EXPECT_NE(message.find("rank 1 had not reached it"), std::string::npos)
+        << rank << ": " << message;
+    EXPECT_EQ(message.find("could not read"), std::string::npos) << rank << ": " << message;
   }
 }
 

@@ -283,13 +283,19 @@ class GlooCollectives : public Collectives {
 
   // The ranks behind `sequence` once every rank that is alive and in it has published:
   // polls the store for up to twice slow_after (see the diagnosis above), returning early
-  // when none is behind or the store cannot be read.
+  // when none is behind. The store can vanish while this polls (rank 0 serves it, and it
+  // stops polling and exits first when its own wait began first): the last reading it got
+  // then stands, since every survivor publishes before polling; a note is returned only
+  // when the store could not be read at all.
   std::vector<int> ranks_behind_after_settling(uint64_t sequence, std::string& note) {
     const auto deadline = std::chrono::steady_clock::now() + 2 * slow_after_;
     std::vector<int> behind = ranks_behind(sequence, note);
     while (!behind.empty() && note.empty() && std::chrono::steady_clock::now() < deadline) {
       std::this_thread::sleep_for(std::chrono::milliseconds(50));
-      behind = ranks_behind(sequence, note);
+      std::string read_note;
+      std::vector<int> now_behind = ranks_behind(sequence, read_note);
+      if (!read_note.empty()) break;  // the store is gone: keep the last reading
+      behind = std::move(now_behind);
     }
     return behind;
   }
