@@ -608,6 +608,9 @@ def parse_args(argv):
     p.add_argument("--powersgd-start-iter", type=int, default=-1,
                    help="vanilla allreduce before this step (default: 10%% of the steps)")
     p.add_argument("--progress", choices=["lines", "none"], default="lines")
+    p.add_argument("--timeline", default="",
+                   help="record where each step's time goes (gradwire.timeline: forward, "
+                        "backward, step and gradwire's own spans) to this trace file (rank 0)")
     p.add_argument("--print-shard", metavar="SIZE,WORLD,RANK,SEED,EPOCH",
                    help="print DistributedSampler's shard as JSON and exit")
     return p.parse_args(argv)
@@ -687,6 +690,10 @@ def main(argv):
         clock.pause()
 
     def evaluate_now(epoch):  # with the clock paused
+        with span("evaluate", "evaluate"):
+            evaluate_in_span(epoch)
+
+    def evaluate_in_span(epoch):
         if root:
             state["quality"] = job.evaluate(model)
             write({"event": "eval", "epoch": epoch, "step": state["step"],
@@ -699,6 +706,13 @@ def main(argv):
         dist.all_reduce(t)
         return float(t[0])
 
+    def span(name, category="compute"):  # gradwire.timeline.span when --timeline is given
+        return contextlib.nullcontext()
+
+    if args.timeline:
+        timeline = import_gradwire().timeline
+        timeline.enable()
+        span = timeline.span
     job_start = time.monotonic()
     progress_every = max(1, (steps + 3) // 4)
     last = {}
@@ -719,13 +733,15 @@ def main(argv):
                 context = (contextlib.nullcontext() if last_part or diloco is not None
                            else ddp.no_sync())
                 with context:
-                    loss = job.loss(ddp, part)
+                    with span("forward"):
+                        loss = job.loss(ddp, part)
                     loss_sum += loss.item() * len(part)
                     if len(part) < len(batch):
                         loss = loss * (len(part) / len(batch))
                     counter.active = True
                     try:
-                        loss.backward()
+                        with span("backward"):
+                            loss.backward()
                     finally:
                         counter.active = False
             if r["clip_norm"] > 0:
@@ -733,7 +749,8 @@ def main(argv):
             if r["schedule"] != "constant":
                 for group in optimizer.param_groups:
                     group["lr"] = lr_at(r, state["step"], steps * args.epochs)
-            (diloco or optimizer).step()
+            with span("step", "step"):
+                (diloco or optimizer).step()
             state["step"] += 1
             samples += len(batch)
             if root and args.progress == "lines" and ((step + 1) % progress_every == 0 or step + 1 == steps):
@@ -775,6 +792,8 @@ def main(argv):
                   f"{wire / 1e6:.2f} MB ({wire / dense_wire if dense_wire else 0:.4f} of dense "
                   f"fp32's)", flush=True)
 
+    if args.timeline:
+        timeline.write(args.timeline)
     checksum = parameter_crc32(model)
     gathered = [None] * world
     dist.all_gather_object(gathered, checksum)

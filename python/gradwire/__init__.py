@@ -26,7 +26,7 @@ from gradwire._C import (  # noqa: F401
     canonical_codec,
     codec_names,
 )
-from gradwire import ddp  # noqa: F401
+from gradwire import ddp, timeline  # noqa: F401
 from gradwire.diloco import DiLoCo  # noqa: F401
 
 __all__ = [
@@ -41,4 +41,5 @@ __all__ = [
     "codec_names",
     "ddp",
     "DiLoCo",
+    "timeline",
 ]

@@ -2,6 +2,7 @@
 average against the exact mean, state through a checkpoint, DDP's modes, and every
 failure raised on every rank. Each test runs real ranks (tests/python/ranks.py)."""
 import io
+import json
 import pickle
 
 import pytest
@@ -383,3 +384,46 @@ def test_a_dead_peer_fails_every_other_rank_within_the_timeout():
     timeout = 6.0
     check_dead_peer_failed(run_ranks(3, dead_peer_worker, timeout, timeout=90), timeout,
                           dead_rank=2, at_step=3)
+
+
+# --- the timeline (gradwire.timeline) ---------------------------------------------------
+
+def timeline_worker(rank, world, path):
+    torch.manual_seed(0)
+    model = Net()
+    ddp = DDP(model, bucket_cap_mb=BUCKET_MB)
+    state, hook = gradwire.ddp.hook("none", model=model)
+    ddp.register_comm_hook(state, hook)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    gradwire.timeline.enable()
+    for x, y in batches(rank, 3):
+        opt.zero_grad()
+        with gradwire.timeline.span("forward"):
+            loss = F.cross_entropy(ddp(x), y)
+        with gradwire.timeline.span("backward"):
+            loss.backward()
+        with gradwire.timeline.span("step", "step"):
+            opt.step()
+    gradwire.timeline.write(path)
+
+
+def test_the_timeline_holds_every_ranks_steps_and_the_hooks_exchange(tmp_path):
+    """One trace from every rank: the program's spans (three steps) with the hook's wait
+    for the exchange inside each backward, and the exchange thread's spans."""
+    path = str(tmp_path / "run.trace.json")
+    expect_success(run_ranks(2, timeline_worker, path, timeout=90))
+    with open(path) as f:
+        trace = json.load(f)
+    events = trace["traceEvents"] if isinstance(trace, dict) else trace
+    spans = [e for e in events if e.get("ph") == "X"]
+    for rank in (0, 1):
+        mine = [e for e in spans if e["pid"] == rank]
+        named = lambda name: [e for e in mine if e["name"] == name]  # noqa: E731
+        counts = [len(named(n)) for n in ("forward", "backward", "wait for the exchange", "step")]
+        assert counts == [3, 3, 3, 3], (rank, counts)
+        for backward, wait in zip(named("backward"), named("wait for the exchange")):
+            assert backward["ts"] <= wait["ts"]
+            assert wait["ts"] + wait["dur"] <= backward["ts"] + backward["dur"] + 1
+            assert wait["tid"] == backward["tid"]
+        communicate = named("communicate")
+        assert communicate and all(e["tid"] != named("forward")[0]["tid"] for e in communicate)

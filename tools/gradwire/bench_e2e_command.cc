@@ -525,7 +525,7 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
   e2e->add_flag("--no-floor", args->no_floor, "skip the compute-floor runs (none, unshaped)");
   e2e->add_flag("--no-plots", args->no_plots, "write the CSV only");
   e2e->add_flag("--timeline", args->timeline,
-                "gradwire's allreduce runs record their timelines to OUT/timelines/ID.trace.json "
+                "every run but ps and gossip records its timeline to OUT/timelines/ID.trace.json "
                 "(bench/timeline/step_breakdown.py sums them up)");
   e2e->add_flag("--resume", args->resume,
                 "keep the runs already finished in --out (by the same command) and run the rest");

@@ -342,9 +342,6 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
     momentum(cmd);
     // auto's H is chosen for the link, as a user would tell it.
     if (!run.floor) cmd.insert(cmd.end(), {"--link-bandwidth", run.bandwidth});
-    if (!s.timeline_dir.empty()) {
-      cmd.insert(cmd.end(), {"--timeline", s.timeline_dir + "/" + run.id + ".trace.json"});
-    }
   } else if (run.config.gossip()) {
     cmd = {self,
            "train",
@@ -360,9 +357,11 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
     momentum(cmd);
     // The cost model of auto and of sparse aggregation is told the link, as a user would.
     if (!run.floor) cmd.insert(cmd.end(), {"--link-bandwidth", run.bandwidth});
-    if (!s.timeline_dir.empty()) {
-      cmd.insert(cmd.end(), {"--timeline", s.timeline_dir + "/" + run.id + ".trace.json"});
-    }
+  }
+  // Every run but the parameter server's and gossip's records where its steps' time goes
+  // (the Python peer through gradwire.timeline).
+  if (!s.timeline_dir.empty() && !run.config.ps() && !run.config.gossip()) {
+    cmd.insert(cmd.end(), {"--timeline", s.timeline_dir + "/" + run.id + ".trace.json"});
   }
   cmd.insert(cmd.end(), common.begin(), common.end());
   // A later option overrides an earlier one (gradwire train's policy).

@@ -79,8 +79,9 @@ struct Settings {
   // file per model and seed (initial_weights_path); the bench writes them before the runs.
   std::string weights_dir;
   bool compute_floor = true;  // also run `none` unshaped per model and seed
-  // Non-empty: the allreduce runs of gradwire (the floor's included) record their timeline
-  // (`gradwire train --timeline`) to timeline_dir/<run id>.trace.json.
+  // Non-empty: every run but the parameter server's and gossip's (the floor's included)
+  // records its timeline (`gradwire train --timeline`, the Python peer's --timeline) to
+  // timeline_dir/<run id>.trace.json.
   std::string timeline_dir;
   double run_timeout_s = 7200;
 };

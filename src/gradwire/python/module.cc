@@ -11,12 +11,15 @@
 
 #include <chrono>
 #include <memory>
+#include <mutex>
+#include <set>
 #include <string>
 #include <vector>
 
 #include "gradwire/comm/gloo_collectives.h"
 #include "gradwire/compress/registry.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/timeline.h"
 #include "gradwire/strategy/registry.h"
 #include "gradwire/torch/ddp_comm_hook.h"
 #include "gradwire/torch/diloco_model.h"
@@ -124,6 +127,21 @@ py::dict traffic_dict(const strategy::TrafficStats& t) {
   return d;
 }
 
+// A span name from Python, kept for the process's lifetime (Timeline keeps the pointer).
+const char* interned(const std::string& text) {
+  static std::mutex mutex;
+  static std::set<std::string> names;
+  std::lock_guard lock(mutex);
+  return names.insert(text).first->c_str();
+}
+
+// Python's time.monotonic_ns() as the timeline's clock: both read CLOCK_MONOTONIC
+// (libstdc++'s steady_clock counts from its zero).
+Timeline::Clock::time_point monotonic_ns(int64_t ns) {
+  return Timeline::Clock::time_point(
+      std::chrono::duration_cast<Timeline::Clock::duration>(std::chrono::nanoseconds(ns)));
+}
+
 py::bytes to_py_bytes(const Bytes& bytes) {
   return py::bytes(reinterpret_cast<const char*>(bytes.data()), bytes.size());
 }
@@ -175,6 +193,20 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "canonical_codec", [](const std::string& codec) { return strategy::canonical_codec(codec); },
       "A codec spec, layer policy or adaptive codec with every option spelled out.");
+
+  // The process-wide timeline (core/timeline.h), for python/gradwire/timeline.py.
+  m.def("timeline_enable", [](int rank) { Timeline::global().enable(rank); });
+  m.def("timeline_enabled", [] { return Timeline::global().enabled(); });
+  m.def("timeline_set_origin", [](int64_t ns) { Timeline::global().set_origin(monotonic_ns(ns)); });
+  m.def("timeline_name_thread",
+        [](const std::string& name) { Timeline::global().name_thread(name); });
+  m.def("timeline_record",
+        [](const std::string& name, const std::string& category, int64_t start_ns, int64_t end_ns) {
+          Timeline::global().record(interned(name), interned(category), monotonic_ns(start_ns),
+                                    monotonic_ns(end_ns));
+        });
+  m.def("timeline_events_json", [] { return Timeline::global().events_json(); });
+  m.def("timeline_trace_json", &Timeline::trace_json);
 
   py::class_<DdpCommHook, std::shared_ptr<DdpCommHook>>(m, "DdpCommHook")
       .def(py::init([](const std::string& codec, const std::string& sparse_aggregation,
