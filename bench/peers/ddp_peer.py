@@ -497,7 +497,7 @@ def make_diloco(model, optimizer, args):
                            link_bits_per_s=link_bits_per_s(args.link_bandwidth))
 
 
-def register_hook(ddp, args, total_steps, counter):
+def register_hook(ddp, optimizer, args, total_steps, counter):
     """Registers --hook on `ddp`; returns the codec description for the summary."""
     if args.hook == "allreduce":
         ddp.register_comm_hook(None, default_hooks.allreduce_hook)
@@ -520,7 +520,7 @@ def register_hook(ddp, args, total_steps, counter):
         log.setLevel(logging.INFO)
         log.addHandler(logging.StreamHandler(sys.stdout))
         state, hook = gradwire.ddp.hook(args.gradwire_codec, model=ddp.module,
-                                        bucket_cap_mb=args.bucket_mb)
+                                        optimizer=optimizer, bucket_cap_mb=args.bucket_mb)
         ddp.register_comm_hook(state, hook)
         counter.gradwire = state
         return f"ddp:gradwire-{state.codec}"
@@ -665,7 +665,7 @@ def main(argv):
         counter.gradwire = diloco
         codec = f"python:diloco/{args.compressor}"
     else:
-        codec = register_hook(ddp, args, steps * args.epochs, counter)
+        codec = register_hook(ddp, optimizer, args, steps * args.epochs, counter)
     initial_checksum = parameter_crc32(model)
     numel = sum(p.numel() for p in model.parameters() if p.requires_grad)
     metrics = open(args.metrics, "w") if root and args.metrics else None

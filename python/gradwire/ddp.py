@@ -20,6 +20,7 @@ import itertools
 import logging
 import os
 
+import torch
 import torch.distributed as dist
 
 from gradwire import _C
@@ -33,6 +34,14 @@ _state_numbers = itertools.count()
 def _default_timeout():
     text = os.environ.get("GRADWIRE_TIMEOUT", "")
     return float(text) if text else 300.0
+
+
+# Optimizers that scale each coordinate by statistics of its own gradient (the C++ path's
+# scales_per_coordinate, with the rest of torch.optim's Adam family).
+_PER_COORDINATE_OPTIMIZERS = tuple(
+    getattr(torch.optim, name) for name in ("Adam", "AdamW", "Adamax", "NAdam", "RAdam",
+                                            "RMSprop", "Adagrad", "Adadelta", "SparseAdam")
+    if hasattr(torch.optim, name))
 
 
 class HookState:
@@ -54,6 +63,11 @@ class HookState:
         model: names the parameters, for layer policies that name them (@NAME), for
             bias/norm kinds and for the log; without it a parameter is "param<N>" and its
             kind goes by its shape.
+        optimizer: the optimizer that steps the model, for "auto": under one that scales
+            each coordinate by its own gradient's statistics (Adam, AdamW, RMSprop,
+            Adagrad, ...), auto's PowerSGD plan runs at rank 16 instead of 8, as the C++
+            path's does (a low-rank gradient fed back later makes Adam's step sizes of its
+            own: rank 8 ended above fp32's loss on gpt). Without it, auto assumes SGD.
         timeout: seconds any collective of the hook may take (default GRADWIRE_TIMEOUT,
             else 300) before every rank's backward() fails with gradwire.TimeoutError.
         bucket_cap_mb, first_bucket_mb: gradwire's bucket sizes (DDP's defaults, 25
@@ -64,13 +78,15 @@ class HookState:
             "dense".
     """
 
-    def __init__(self, codec="auto", *, process_group=None, model=None, timeout=None,
-                 bucket_cap_mb=25.0, first_bucket_mb=1.0, overlap=True,
+    def __init__(self, codec="auto", *, process_group=None, model=None, optimizer=None,
+                 timeout=None, bucket_cap_mb=25.0, first_bucket_mb=1.0, overlap=True,
                  sparse_aggregation="auto"):
         if not dist.is_available() or not dist.is_initialized():
             raise _C.ConfigError(
                 "gradwire.ddp.hook needs torch.distributed initialized "
                 "(torch.distributed.init_process_group('gloo'))")
+        if isinstance(optimizer, _PER_COORDINATE_OPTIMIZERS):
+            codec = _C.codec_for_per_coordinate_optimizer(codec)
         self.codec_spec = codec
         self.process_group = process_group
         self.timeout = _default_timeout() if timeout is None else float(timeout)

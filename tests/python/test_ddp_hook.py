@@ -301,6 +301,28 @@ def test_resumed_run_equals_uninterrupted(codec, how):
         assert_params_equal(a, b, "%s via %s, rank %d" % (codec, how, rank))
 
 
+# --- auto under a per-coordinate optimizer --------------------------------------------
+
+def auto_codec_worker(rank, world):
+    model = Net()
+    codec = lambda spec, opt: gradwire.ddp.hook(spec, optimizer=opt)[0].codec  # noqa: E731
+    return {"sgd": codec("auto", torch.optim.SGD(model.parameters(), lr=0.1)),
+            "adamw": codec("auto", torch.optim.AdamW(model.parameters())),
+            "none": codec("auto", None),
+            "adamw_rank4": codec("auto:rank=4", torch.optim.AdamW(model.parameters())),
+            "adamw_int8": codec("int8", torch.optim.Adam(model.parameters()))}
+
+
+def test_auto_under_adam_runs_powersgd_at_the_cpp_paths_rank():
+    """As DistributedOptimizer: plain auto under Adam-like optimizers runs its PowerSGD
+    plan at rank 16 (strategy/registry.h); a given rank, or a fixed codec, stays."""
+    for out in expect_success(run_ranks(2, auto_codec_worker)):
+        assert "rank=16" in out["adamw"], out
+        assert "rank=8" in out["sgd"] and "rank=8" in out["none"], out
+        assert "rank=4" in out["adamw_rank4"], out
+        assert out["adamw_int8"] == gradwire.canonical_codec("int8"), out
+
+
 # --- failures: a typed exception on every rank, promptly ----------------------------------
 
 def bad_input_worker(rank, world):
@@ -326,6 +348,13 @@ def bad_input_worker(rank, world):
         out["float64"] = "ok"
     except Exception as e:  # noqa: BLE001
         out["float64"] = (type(e).__name__, str(e))
+
+    def misnamed_tensor():  # a typo in a layer policy's @NAME
+        model = DDP(Net(), bucket_cap_mb=BUCKET_MB)
+        state, hook = gradwire.ddp.hook("fc=int8,@fc9.weight=fp16", model=model.module)
+        model.register_comm_hook(state, hook)
+        F.cross_entropy(model(torch.randn(4, 1, 8, 8)), torch.zeros(4, dtype=torch.long)).backward()
+    out["misnamed"] = outcome(misnamed_tensor)
     return out
 
 
@@ -339,6 +368,7 @@ def test_bad_inputs_raise_named_errors_on_every_rank():
         assert out["other_codec_state"][0] == "MismatchError", out
         assert out["garbage_state"][0] == "PayloadError", out
         assert out["float64"][0] == "ConfigError" and "float32" in out["float64"][1], out
+        assert out["misnamed"][0] == "ConfigError" and "fc9.weight" in out["misnamed"][1], out
 
 
 def nan_worker(rank, world):

@@ -562,6 +562,27 @@ TEST(AllreduceStrategyTest, ShapeMismatchNamesTheTensor) {
   }
 }
 
+TEST(AllreduceStrategyTest, APolicyNamingATensorTheModelLacksFailsOnEveryRank) {
+  // "@fc9.weight" for "@fc1.weight": without the check, fc1.weight would silently take
+  // its kind's codec.
+  const std::vector<TensorInfo> tensors{{"fc1.weight", {4, 8}, LayerKind::kFcWeight}};
+  std::vector<std::string> errors(2);
+  comm::run_local_ranks(2, 5s, [&](comm::Collectives& c) {
+    AllreduceStrategy strategy(c, {.codec = "fc=int8,@fc9.weight=fp16"});
+    std::vector<float> param(tensors[0].numel());
+    try {
+      strategy.start(tensors, {param});
+    } catch (const ConfigError& e) {
+      errors[c.rank()] = e.what();
+    }
+  });
+  for (const auto& e : errors) {
+    EXPECT_NE(e.find("names the tensor 'fc9.weight', which the model does not have"),
+              std::string::npos)
+        << e;
+  }
+}
+
 TEST(AllreduceStrategyTest, SparseCodecSendsLessThanDense) {
   const auto tensors = toy_tensors();
   comm::run_local_ranks(2, 5s, [&](comm::Collectives& c) {

@@ -141,6 +141,12 @@ void CodecPolicy::check_tensors(std::span<const TensorInfo> tensors) const {
   }
 }
 
+std::vector<std::string> CodecPolicy::named_tensors() const {
+  std::vector<std::string> names;
+  for (const auto& entry : by_name_) names.push_back(entry.first);
+  return names;
+}
+
 std::string CodecPolicy::canonical() const {
   switch (mode_) {
     case Mode::kUniform:

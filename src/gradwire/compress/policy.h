@@ -21,6 +21,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <vector>
 
 #include "gradwire/compress/codec.h"
 
@@ -35,8 +36,11 @@ class CodecPolicy {
   std::string spec_for(const TensorInfo& tensor) const;
   std::unique_ptr<Codec> create(const TensorInfo& tensor) const;
 
-  // Throws ConfigError when the policy names a tensor (@NAME) that `tensors` lacks.
+  // Throws ConfigError when the policy names a tensor (@NAME) that `tensors` lacks (a
+  // typo would otherwise leave that tensor to its kind's codec, unnoticed).
   void check_tensors(std::span<const TensorInfo> tensors) const;
+  // The tensors the policy names (@NAME), in name order.
+  std::vector<std::string> named_tensors() const;
 
   // The policy itself, canonical ("hylo:alpha=1,...", "conv=...,fc=...", or one spec).
   std::string canonical() const;

@@ -193,6 +193,9 @@ PYBIND11_MODULE(_C, m) {
   m.def(
       "canonical_codec", [](const std::string& codec) { return strategy::canonical_codec(codec); },
       "A codec spec, layer policy or adaptive codec with every option spelled out.");
+  m.def("codec_for_per_coordinate_optimizer", &strategy::codec_for_per_coordinate_optimizer,
+        "The codec for a job whose optimizer scales each coordinate (Adam): plain auto's "
+        "PowerSGD plan at rank 16; any other codec as given.");
 
   // The process-wide timeline (core/timeline.h), for python/gradwire/timeline.py.
   m.def("timeline_enable", [](int rank) { Timeline::global().enable(rank); });

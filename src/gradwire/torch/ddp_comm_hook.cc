@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "gradwire/compress/layer_classification.h"
+#include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
 #include "gradwire/strategy/agreement.h"
 #include "gradwire/strategy/registry.h"
@@ -53,13 +54,25 @@ DdpCommHook::DdpCommHook(std::unique_ptr<comm::Collectives> collectives, CommHoo
   if (options_.codec.empty()) options_.codec = "auto";
   codec_ = strategy::canonical_codec(options_.codec);
   options_.codec = codec_;
-  // A strategy over one small tensor: a bad option throws here, on every rank alike,
+  // A strategy over small tensors (one, and each a layer policy names, whose presence in
+  // the model the first step checks): a bad option throws here, on every rank alike,
   // before the ranks compare configurations.
   {
     auto probe = strategy::create_allreduce_strategy(*collectives_, strategy_options(options_));
-    std::vector<float> one(16, 0.0f);
-    const compress::TensorInfo info{"probe", {16}, compress::LayerKind::kOther};
-    probe->start(std::span<const compress::TensorInfo>(&info, 1), {std::span<float>(one)});
+    std::vector<std::string> names{"probe"};
+    if (!strategy::is_adaptive_codec(codec_)) {
+      for (auto& name : compress::CodecPolicy::parse(codec_).named_tensors()) {
+        names.push_back(std::move(name));
+      }
+    }
+    std::vector<std::vector<float>> values(names.size(), std::vector<float>(16, 0.0f));
+    std::vector<compress::TensorInfo> infos;
+    strategy::FloatSpans spans;
+    for (size_t k = 0; k < names.size(); ++k) {
+      infos.push_back({names[k], {16}, compress::LayerKind::kOther});
+      spans.push_back(std::span<float>(values[k]));
+    }
+    probe->start(infos, spans);
   }
   strategy::check_same_configuration(
       *collectives_,

@@ -46,6 +46,7 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
     check_same_configuration(collectives_, lines);
     broadcast_from_rank0(collectives_, params);
   }
+  policy.check_tensors(tensors);  // the same model everywhere: every rank throws alike
 
   tensors_.assign(tensors.begin(), tensors.end());
   for (const auto& t : tensors_) codecs_.push_back(policy.create(t));

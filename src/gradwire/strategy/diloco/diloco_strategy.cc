@@ -75,6 +75,7 @@ void DiLoCoStrategy::start(std::span<const compress::TensorInfo> tensors,
   auto lines = configuration_lines(name(), policy, tensors);
   for (const auto& line : options_.lines()) lines.push_back(line);
   check_same_configuration(collectives_, lines);
+  policy.check_tensors(tensors);  // the same model everywhere: every rank throws alike
   broadcast_from_rank0(collectives_, params);
 
   std::vector<size_t> numels;

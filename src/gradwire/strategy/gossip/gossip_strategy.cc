@@ -91,6 +91,7 @@ void GossipStrategy::start(std::span<const compress::TensorInfo> tensors,
   auto lines = configuration_lines(name(), policy, tensors);
   lines.push_back("gossip " + describe());
   check_same_configuration(collectives_, lines);
+  policy.check_tensors(tensors);  // the same model everywhere: every rank throws alike
   broadcast_from_rank0(collectives_, params);
   tensors_.assign(tensors.begin(), tensors.end());
   for (const auto& t : tensors_) {
