@@ -71,19 +71,22 @@ for _bucket in ("scaling-1mb", "scaling-8mb"):  # scaling.sh's world-*.jsonl, in
         "world-2.jsonl", "world-4.jsonl", "world-8.jsonl"]
 
 # Where the step's time goes (bench/timeline/step_breakdown.py) in e2e matrices run with
-# --timeline: each seed's floor, then that seed's runs of the configurations.
-def _step_breakdown(folder, rate, configs, seeds=3):
+# --timeline: each seed's floor, then that seed's runs (names between the model-rate
+# prefix and the seed: "gradwire-auto", "ddp-gradwire-none", "ddp-allreduce").
+def _step_breakdown(folder, rate, runs, seeds=3, model="gpt"):
     args = []
     for r in range(1, seeds + 1):
-        args.append(f"floor:gpt-floor-gradwire-none-r{r}.trace.json.gz")
-        args += [f"gpt-{rate}-gradwire-{c}-r{r}.trace.json.gz" for c in configs]
+        args.append(f"floor:{model}-floor-gradwire-none-r{r}.trace.json.gz")
+        args += [f"{model}-{rate}-{run}-r{r}.trace.json.gz" for run in runs]
     GENERATORS[folder + "/timelines/results.md"] = ["timeline/step_breakdown.py"] + args
 
 
-_step_breakdown("e2e-gpt-4hosts-1gbit-seeds", "1gbit", ["auto"])
+_step_breakdown("e2e-gpt-4hosts-1gbit-seeds", "1gbit", ["gradwire-auto"])
 _step_breakdown("e2e-gpt-4hosts-100mbit-codecs-seeds", "100mbit",
-                ["powersgd-rank-16-min-rate-2", "int8", "auto"])
-_step_breakdown("e2e-gpt-4hosts-10gbit-timelines", "10gbit", ["auto"])
+                ["gradwire-powersgd-rank-16-min-rate-2", "gradwire-int8", "gradwire-auto"])
+_step_breakdown("e2e-gpt-4hosts-10gbit-timelines", "10gbit", ["gradwire-auto"])
+_step_breakdown("e2e-cnn-wide-4hosts-1gbit-hook-timelines", "1gbit",
+                ["ddp-allreduce", "ddp-gradwire-none", "gradwire-none"], model="cnn-wide")
 
 
 def summaries(results):

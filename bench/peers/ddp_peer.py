@@ -520,7 +520,8 @@ def register_hook(ddp, optimizer, args, total_steps, counter):
         log.setLevel(logging.INFO)
         log.addHandler(logging.StreamHandler(sys.stdout))
         state, hook = gradwire.ddp.hook(args.gradwire_codec, model=ddp.module,
-                                        optimizer=optimizer, bucket_cap_mb=args.bucket_mb)
+                                        optimizer=optimizer, bucket_cap_mb=args.bucket_mb,
+                                        first_bucket_mb=args.gradwire_first_bucket_mb)
         ddp.register_comm_hook(state, hook)
         counter.gradwire = state
         return f"ddp:gradwire-{state.codec}"
@@ -569,6 +570,8 @@ def parse_args(argv):
                    default="allreduce")
     p.add_argument("--gradwire-codec", default="auto",
                    help="with --hook gradwire: gradwire.ddp.hook's codec (auto, int8, ...)")
+    p.add_argument("--gradwire-first-bucket-mb", type=float, default=1.0,
+                   help="with --hook gradwire: gradwire's first bucket (first_bucket_mb)")
     p.add_argument("--strategy", choices=["ddp", "diloco"], default="ddp",
                    help="diloco: gradwire.DiLoCo instead of DDP (the Python module)")
     p.add_argument("--inner-steps", default="100", help="diloco: H, or auto")

@@ -67,7 +67,9 @@ class HookState:
             each coordinate by its own gradient's statistics (Adam, AdamW, RMSprop,
             Adagrad, ...), auto's PowerSGD plan runs at rank 16 instead of 8, as the C++
             path's does (a low-rank gradient fed back later makes Adam's step sizes of its
-            own: rank 8 ended above fp32's loss on gpt). Without it, auto assumes SGD.
+            own: rank 8 ended above fp32's loss on gpt); and auto follows its learning
+            rate, as the C++ path does: a decay to half or less starts a critical regime
+            and a new trial of the plans. Without it, auto assumes SGD at a fixed rate.
         timeout: seconds any collective of the hook may take (default GRADWIRE_TIMEOUT,
             else 300) before every rank's backward() fails with gradwire.TimeoutError.
         bucket_cap_mb, first_bucket_mb: gradwire's bucket sizes (DDP's defaults, 25
@@ -87,6 +89,7 @@ class HookState:
                 "(torch.distributed.init_process_group('gloo'))")
         if isinstance(optimizer, _PER_COORDINATE_OPTIMIZERS):
             codec = _C.codec_for_per_coordinate_optimizer(codec)
+        self._optimizer = optimizer
         self.codec_spec = codec
         self.process_group = process_group
         self.timeout = _default_timeout() if timeout is None else float(timeout)
@@ -136,6 +139,10 @@ class HookState:
         names = [self._names.get(id(p), "") for p in params] if self._names else []
         if names and not all(names):
             names = []
+        if bucket.is_last() and self._optimizer is not None:
+            # The rate the optimizer ran the last step with (a schedule sets it after
+            # backward), before the exchange's end as DistributedOptimizer passes it.
+            self._impl.set_learning_rate(float(self._optimizer.param_groups[0]["lr"]))
         future = self._impl.exchange(bucket.buffer(), [id(p) for p in params],
                                      [list(p.shape) for p in params], names, bucket.is_last())
         if bucket.is_last() and self._impl.rank == 0:
@@ -159,7 +166,7 @@ class HookState:
         self._impl.load_state(state["state"])
 
     # Pickling, as PyTorch's PowerSGDState: everything but the process group (and the
-    # model's names), which is the default group again once unpickled.
+    # model's names and the optimizer), which is the default group again once unpickled.
     def __getstate__(self):
         return {"codec_spec": self.codec_spec, "timeout": self.timeout,
                 "options": self.options, "saved": self.state_dict()}
@@ -170,6 +177,7 @@ class HookState:
         self.options = pickled["options"]
         self.process_group = None
         self._names = {}
+        self._optimizer = None
         self._impl = self._make_impl()
         self.load_state_dict(pickled["saved"])
 

@@ -313,6 +313,44 @@ def auto_codec_worker(rank, world):
             "adamw_int8": codec("int8", torch.optim.Adam(model.parameters()))}
 
 
+def lr_decay_worker(rank, world, with_optimizer):
+    """auto with short windows and trials; the rate halves at step 12. The decisions
+    rank 0 logged."""
+    import logging
+    torch.manual_seed(0)
+    model = Net()
+    ddp = DDP(model, bucket_cap_mb=BUCKET_MB)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    state, hook = gradwire.ddp.hook("auto:window=3,trial=1,plans=none/fp16", model=model,
+                                    optimizer=opt if with_optimizer else None)
+    ddp.register_comm_hook(state, hook)
+    lines = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+    log = logging.getLogger("gradwire")
+    log.setLevel(logging.INFO)
+    log.addHandler(Keep())
+    for step, (x, y) in enumerate(batches(rank, 30)):
+        if step == 12:
+            for group in opt.param_groups:
+                group["lr"] = 0.02
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return lines
+
+
+def test_auto_follows_the_optimizers_learning_rate():
+    """Given the optimizer, auto sees its rate fall (the C++ path's regime rule: to half or
+    less) and measures its plans again, saying why; without it, it cannot."""
+    followed = expect_success(run_ranks(2, lr_decay_worker, True))[0]
+    assert any("learning-rate decay" in line for line in followed), followed
+    blind = expect_success(run_ranks(2, lr_decay_worker, False))[0]
+    assert not any("learning-rate decay" in line for line in blind), blind
+
+
 def test_auto_under_adam_runs_powersgd_at_the_cpp_paths_rank():
     """As DistributedOptimizer: plain auto under Adam-like optimizers runs its PowerSGD
     plan at rank 16 (strategy/registry.h); a given rank, or a fixed codec, stays."""

@@ -404,6 +404,18 @@ TEST(AccordionTest, ALearningRateChangeSeenByOneRankIsCriticalOnAll) {
   }
 }
 
+TEST(AccordionTest, ADecayOnAWindowsFirstStepIsSeen) {
+  // Windows of 2 end at steps 1, 3, 5: the rate falls at step 4, the first of a window;
+  // measured against the rate that ended the window before, it is critical from step 6.
+  RunSettings settings;
+  settings.codec = "accordion:critical=fp16,normal=powersgd,window=2";
+  settings.steps = 12;
+  settings.lr = [](int, int s) { return s >= 4 ? 0.01 : 0.1; };
+  const auto runs = run_ranks(2, settings);
+  EXPECT_EQ(runs[0].plan_per_step,
+            plans_by_step({{0, "fp16"}, {4, "powersgd"}, {6, "fp16"}, {10, "powersgd"}}, 12));
+}
+
 TEST(AccordionTest, ASmoothScheduleIsNotALearningRateChange) {
   // The rate falls 2% a step (a cosine-like schedule): no window sees it halve.
   RunSettings settings;

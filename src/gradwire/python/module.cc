@@ -252,6 +252,7 @@ PYBIND11_MODULE(_C, m) {
       .def_property_readonly("world_size", &DdpCommHook::world_size)
       .def("traffic", [](const DdpCommHook& hook) { return traffic_dict(hook.traffic()); })
       .def("take_decisions", &DdpCommHook::take_decisions)
+      .def("set_learning_rate", &DdpCommHook::set_learning_rate)
       .def("bucket_layout", &DdpCommHook::bucket_layout)
       .def("save_state", [](const DdpCommHook& hook) { return to_py_bytes(hook.save_state()); })
       .def("load_state", [](DdpCommHook& hook, const py::bytes& state) {

@@ -264,6 +264,10 @@ std::string DdpCommHook::agreed_failure(const std::string& local_failure) {
   return message + ". No rank's gradients hold the average of this step";
 }
 
+void DdpCommHook::set_learning_rate(double lr) {
+  if (strategy_ && lr > 0) strategy_->set_learning_rate(lr);
+}
+
 strategy::TrafficStats DdpCommHook::traffic() const {
   return strategy_ ? strategy_->traffic() : strategy::TrafficStats{};
 }

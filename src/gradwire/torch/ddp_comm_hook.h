@@ -89,6 +89,12 @@ class DdpCommHook {
                                                    const std::vector<std::string>& names,
                                                    bool is_last);
 
+  // The optimizer's learning rate, before a step's last bucket (as DistributedOptimizer
+  // passes it to the strategy every step): `auto` takes a decay to half or less as the
+  // start of a critical regime and measures its plans again. Ignored until the first
+  // step has made the strategy, and when not positive.
+  void set_learning_rate(double lr);
+
   const std::string& codec() const { return codec_; }
   int rank() const { return collectives_->rank(); }
   int world_size() const { return collectives_->size(); }

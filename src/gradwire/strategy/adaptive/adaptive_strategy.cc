@@ -199,7 +199,10 @@ void AdaptiveStrategy::set_learning_rate(double lr) {
   // A fall to half the rate at the last window end or less (a step schedule's decay), not
   // the small per-step moves of a smooth schedule, which would keep every window critical,
   // nor a warm-up's rise (it doubles the rate in a window early on, while training's start
-  // is critical anyway: a new trial would only measure the same plans again).
+  // is critical anyway: a new trial would only measure the same plans again). The
+  // reference is the last rate of the window before (a decay on a window's first step
+  // counts), or the first rate seen.
+  last_lr_ = lr;
   if (!window_lr_) window_lr_ = lr;
   if (lr <= 0.5 * *window_lr_) lr_changed_ = true;
 }
@@ -277,7 +280,7 @@ bool AdaptiveStrategy::update_regime(double local_norm, bool& lr_restart) {
   if (!detector_.observe(local_norm)) return false;
   float flags[2] = {detector_.critical() ? 1.0f : 0.0f, lr_changed_ ? 1.0f : 0.0f};
   collectives_.allreduce_max(flags, 2);
-  window_lr_.reset();  // the next window's reference is the next rate seen
+  window_lr_ = last_lr_;  // the next window's reference: this one's last rate, if any
   lr_changed_ = false;
   lr_restart = flags[1] > 0;
   if (lr_restart) detector_.restart();

@@ -163,6 +163,7 @@ class AdaptiveStrategy : public Strategy {
   std::vector<uint8_t> grad_seen_;   // per tensor: reported by gradient_ready this step
   bool critical_ = true;             // agreed
   std::optional<double> window_lr_;  // the learning rate changes are measured against
+  std::optional<double> last_lr_;    // the latest rate set (not saved: every step sets it)
   bool lr_changed_ = false;          // seen locally, not yet agreed
 
   // auto's fit (fit_plan.h)
