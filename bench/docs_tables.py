@@ -64,6 +64,8 @@ GENERATORS = {
     "gpt-diloco-outer-probes/results.md": ["quality/adam_codecs_table.py", "."],
     "overlap-layout/step-time-loopback/summary.md": ["./summary.py", "runs-cnn.txt",
                                                      "runs-cnn-wide.txt"],
+    "gpt-hook-vs-cpp-loopback/results.md": ["./table.py"],
+    "hook-first-bucket-ab/results.md": ["./table.py"],
 }
 for _bucket in ("scaling-1mb", "scaling-8mb"):  # scaling.sh's world-*.jsonl, in glob order
     GENERATORS[_bucket + "/results.md"] = [

@@ -73,8 +73,10 @@ class HookState:
         timeout: seconds any collective of the hook may take (default GRADWIRE_TIMEOUT,
             else 300) before every rank's backward() fails with gradwire.TimeoutError.
         bucket_cap_mb, first_bucket_mb: gradwire's bucket sizes (DDP's defaults, 25
-            and 1); after a few steps gradwire times its buckets and may move their
-            boundaries (docs/ARCHITECTURE.md, "Measured layout").
+            and 1), filled by DDP's rule (a bucket closes once it reaches its cap), so
+            that with the same sizes as DDP's none splits what DDP hands over at once;
+            after a few steps gradwire times its buckets and may move their boundaries
+            (docs/ARCHITECTURE.md, "Measured layout").
         overlap: exchange buckets during backward (default True).
         sparse_aggregation: buckets of sparse codecs: "auto", "allgather", "split" or
             "dense".

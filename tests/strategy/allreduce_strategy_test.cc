@@ -525,6 +525,29 @@ TEST(AllreduceStrategyTest, ATensorAsLargeAsTheFirstBucketClosesItsBucket) {
   });
 }
 
+TEST(AllreduceStrategyTest, DdpsBucketRuleClosesABucketOnceItReachesItsCap) {
+  // Backward finishes fc2 (20 floats), fc1 (400), conv2 (30), conv1 (50); the first bucket
+  // holds 100 floats, the rest 120. DDP's rule: fc2 and fc1 together (fc1 takes the first
+  // bucket past its cap and closes it: DDP hands both over at once), then conv2 and conv1
+  // (80 floats, under the cap).
+  const std::vector<TensorInfo> tensors{{"conv1", {50}, LayerKind::kConvWeight},
+                                        {"conv2", {30}, LayerKind::kConvWeight},
+                                        {"fc1", {400}, LayerKind::kFcWeight},
+                                        {"fc2", {20}, LayerKind::kFcWeight}};
+  comm::run_local_ranks(1, 5s, [&](comm::Collectives& c) {
+    AllreduceStrategy strategy(
+        c,
+        {.codec = "none", .bucket_bytes = 480, .first_bucket_bytes = 400, .ddp_bucket_rule = true});
+    std::vector<std::vector<float>> p{std::vector<float>(50), std::vector<float>(30),
+                                      std::vector<float>(400), std::vector<float>(20)};
+    strategy.start(tensors, {p[0], p[1], p[2], p[3]});
+    const auto layout = strategy.bucket_layout();
+    ASSERT_EQ(layout.size(), 2u);
+    EXPECT_EQ(layout[0], (std::vector<size_t>{3, 2}));  // fc2, fc1
+    EXPECT_EQ(layout[1], (std::vector<size_t>{1, 0}));  // conv2, conv1
+  });
+}
+
 TEST(AllreduceStrategyTest, CodecMismatchFailsOnEveryRankNamingBoth) {
   const std::vector<TensorInfo> tensors{{"w", {4}, LayerKind::kNorm}};
   std::vector<std::string> errors(2);

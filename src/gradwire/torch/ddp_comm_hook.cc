@@ -41,6 +41,10 @@ strategy::AllreduceOptions strategy_options(const CommHookOptions& options) {
   o.bucket_bytes = options.bucket_bytes;
   o.first_bucket_bytes = options.first_bucket_bytes;
   o.overlap = options.overlap;
+  // Buckets as DDP makes its own, so that none splits what DDP hands over at once (on
+  // cnn-wide at 1 Gbit, gradwire's rule split DDP's first bucket in two collectives, and
+  // the hook's fp32 step ran 11-12% longer).
+  o.ddp_bucket_rule = true;
   // The hook checks the configuration once (construction); the "parameters" it starts the
   // strategy with are gradients, which must not be broadcast.
   o.agree_at_start = false;

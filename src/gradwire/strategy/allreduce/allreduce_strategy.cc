@@ -54,8 +54,9 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
   // Reverse registration order approximates the order backward finishes gradients. A
   // tensor of at least the first bucket's size closes its bucket: its own bytes amortize a
   // collective's latency, and the smaller tensors backward finishes after it would only
-  // hold its exchange back (DDP lets them join up to the cap). The measured layout may
-  // later move the boundaries, never the order.
+  // hold its exchange back (DDP lets them join up to the cap). With ddp_bucket_rule,
+  // DDP's own rule instead (the option says why). The measured layout may later move the
+  // boundaries, never the order.
   const size_t big = std::min(options_.first_bucket_bytes, options_.bucket_bytes);
   std::vector<size_t> ends;  // of the buckets so far, in fill_order_
   bool closed = false;       // the last bucket takes no more tensors
@@ -67,16 +68,19 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
     }
     const size_t n = tensors_[k].numel();
     const size_t cap = ends.empty() ? big : options_.bucket_bytes;
-    const bool fits = !fill_order_.empty() && !closed &&
-                      bucket_kind(*codecs_[k]) == bucket_kind(*codecs_[fill_order_.back()]) &&
-                      (elements + n) * sizeof(float) <= cap;
+    const bool same_kind = !fill_order_.empty() &&
+                           bucket_kind(*codecs_[k]) == bucket_kind(*codecs_[fill_order_.back()]);
+    const bool fits = !fill_order_.empty() && !closed && same_kind &&
+                      (options_.ddp_bucket_rule || (elements + n) * sizeof(float) <= cap);
     if (!fits) {
       if (!fill_order_.empty()) ends.push_back(fill_order_.size());
       elements = 0;
     }
     fill_order_.push_back(k);
     elements += n;
-    closed = n * sizeof(float) >= big;
+    closed = options_.ddp_bucket_rule
+                 ? elements * sizeof(float) >= (ends.empty() ? big : options_.bucket_bytes)
+                 : n * sizeof(float) >= big;
   }
   if (!fill_order_.empty()) ends.push_back(fill_order_.size());
   if (!ends.empty() && compress::shared_scale_levels(collectives_.size()) == 0) {

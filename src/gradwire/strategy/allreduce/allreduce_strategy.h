@@ -69,6 +69,12 @@ struct AllreduceOptions {
   size_t bucket_bytes = 25u << 20;  // DDP's default bucket_cap_mb = 25
   size_t first_bucket_bytes = 1u << 20;  // DDP's first bucket (capped by bucket_bytes)
   bool overlap = true;                   // exchange buckets during backward
+  // The first layout by DDP's own rule: a tensor joins the open bucket, which closes once
+  // it holds at least its cap (the first bucket's, then bucket_bytes), so a tensor larger
+  // than the first bucket closes it with the smaller ones before it. Where DDP hands the
+  // gradients over (the comm hook), its buckets are built so: ours then never split what
+  // arrives at once, which would only add a collective. Off: the rule below.
+  bool ddp_bucket_rule = false;
   // Buckets of sparse codecs: "auto", or always "allgather", "split" or "dense".
   std::string sparse_aggregation = "auto";
   comm::LinkModel link;  // what "auto" predicts with (its default: 1 Gbit/s, 50 us)
