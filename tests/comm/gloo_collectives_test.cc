@@ -420,7 +420,16 @@ TEST(GlooCollectivesTest, SurvivorNamesTheDeadRankAfterTheStoreServerLeft) {
           std::lock_guard lock(mu);
           failures[r] = e.what();
         }
-        if (r == 0) server_gone = true;
+        if (r == 0) {
+          // Rank 0 leaves once rank 2 has published and read once (bounded: rank 2 may
+          // not get there if it failed otherwise; the checks below then say so).
+          const auto until = std::chrono::steady_clock::now() + 10s;
+          while (!shared->check({"progress/2"}) && std::chrono::steady_clock::now() < until) {
+            std::this_thread::sleep_for(10ms);
+          }
+          std::this_thread::sleep_for(300ms);
+          server_gone = true;
+        }
       } catch (const std::exception& e) {
         if (r == 1) return;
         std::lock_guard lock(mu);
