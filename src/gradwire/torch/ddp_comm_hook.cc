@@ -43,7 +43,7 @@ strategy::AllreduceOptions strategy_options(const CommHookOptions& options) {
   o.overlap = options.overlap;
   // Buckets as DDP makes its own, so that none splits what DDP hands over at once (on
   // cnn-wide at 1 Gbit, gradwire's rule split DDP's first bucket in two collectives, and
-  // the hook's fp32 step ran 11-12% longer).
+  // the hook's fp32 step ran 9-14% longer: docs/results/hook-first-bucket-ab).
   o.ddp_bucket_rule = true;
   // The hook checks the configuration once (construction); the "parameters" it starts the
   // strategy with are gradients, which must not be broadcast.
