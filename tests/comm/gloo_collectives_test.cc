@@ -2,7 +2,11 @@
 
 #include <ATen/ATen.h>
 
+#include <signal.h>
+#include <sys/socket.h>
 #include <unistd.h>
+
+#include <cerrno>
 
 #include <atomic>
 #include <cstdio>
@@ -332,6 +336,40 @@ TEST(GlooCollectivesTest, RankThatThrowsLeavesPromptlyAndPeersFailNamingIt) {
         << message;
     EXPECT_EQ(message.find("ranks "), std::string::npos) << message;  // rank 1 alone
   }
+}
+
+// Gloo writes with writev: a write to a peer that has closed raises SIGPIPE, which under
+// the default disposition killed this test's process (three ranks as threads) before the
+// survivors could name rank 1. Making a group ignores SIGPIPE left at its default, so such
+// a write fails with EPIPE; a handler the program installed is kept.
+void expect_a_write_to_a_closed_socket_fails_with_epipe() {
+  int ends[2];
+  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, ends), 0);
+  ::close(ends[1]);
+  const char byte = 0;
+  EXPECT_EQ(::write(ends[0], &byte, 1), -1);  // still alive: no SIGPIPE took the process
+  EXPECT_EQ(errno, EPIPE);
+  ::close(ends[0]);
+}
+
+TEST(GlooCollectivesTest, AWriteToAPeerThatClosedIsAnErrorNotADeathBySignal) {
+  ::signal(SIGPIPE, SIG_DFL);
+  run_gloo_ranks(2, [](int, std::unique_ptr<Collectives>& c) { c->barrier(); });
+  struct sigaction now {};
+  ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, SIG_IGN);
+  expect_a_write_to_a_closed_socket_fails_with_epipe();
+}
+
+void count_sigpipe(int) {}
+
+TEST(GlooCollectivesTest, AProgramsOwnSigpipeHandlerIsKept) {
+  ::signal(SIGPIPE, count_sigpipe);
+  run_gloo_ranks(2, [](int, std::unique_ptr<Collectives>& c) { c->barrier(); });
+  struct sigaction now {};
+  ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &now), 0);
+  EXPECT_EQ(now.sa_handler, &count_sigpipe);
+  ::signal(SIGPIPE, SIG_DFL);
 }
 
 // A store shared by threads whose server "exits" when `gone` is set: every call then

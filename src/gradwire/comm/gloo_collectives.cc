@@ -4,6 +4,8 @@
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
+#include <signal.h>
+
 #include <algorithm>
 #include <cstring>
 #include <exception>
@@ -45,6 +47,22 @@ std::string progress_key(int rank) { return "progress/" + std::to_string(rank); 
 
 class GlooCollectives;
 
+// Gloo writes to its sockets with writev, which raises SIGPIPE in the writing thread once
+// the peer has closed the connection; under the default disposition that kills this
+// process before the failed write can become an error naming the peer (a rank that exits
+// would take its survivors down by signal). The group ignores SIGPIPE, as Python does for
+// every program, when the program has left it at its default; a handler or an explicit
+// ignore the program installed is kept. The write then fails with EPIPE and the
+// collective fails as any other.
+void ignore_sigpipe_left_at_default() {
+  struct sigaction current {};
+  if (::sigaction(SIGPIPE, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
+  struct sigaction ignore {};
+  ignore.sa_handler = SIG_IGN;
+  sigemptyset(&ignore.sa_mask);
+  ::sigaction(SIGPIPE, &ignore, nullptr);
+}
+
 // How a work is waited for. c10d's collective works survive a timed wait that expires, so
 // a collective is probed (a short wait, then the progress is published and the rest of the
 // timeout waited out). Its send and receive works do not: a timed wait that expires
@@ -74,6 +92,7 @@ class GlooCollectives : public Collectives {
   GlooCollectives(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                   const GlooOptions& options)
       : GlooCollectives(std::move(store), rank, size, options, /*owns_group=*/true) {
+    ignore_sigpipe_left_at_default();
     auto gloo_options = c10d::ProcessGroupGloo::Options::create();
     gloo_options->timeout = options.timeout;
     gloo_options->devices.push_back(
@@ -95,6 +114,7 @@ class GlooCollectives : public Collectives {
                   c10::intrusive_ptr<c10d::Store> store, const GlooOptions& options)
       : GlooCollectives(std::move(store), group->getRank(), group->getSize(), options,
                         /*owns_group=*/false) {
+    ignore_sigpipe_left_at_default();
     group_ = std::move(group);
   }
 
