@@ -89,6 +89,12 @@ _step_breakdown("e2e-gpt-4hosts-100mbit-codecs-seeds", "100mbit",
 _step_breakdown("e2e-gpt-4hosts-10gbit-timelines", "10gbit", ["gradwire-auto"])
 _step_breakdown("e2e-cnn-wide-4hosts-1gbit-hook-timelines", "1gbit",
                 ["ddp-allreduce", "ddp-gradwire-none", "gradwire-none"], model="cnn-wide")
+_step_breakdown("e2e-cnn-wide-4hosts-1gbit-hook-auto-vs-none-1seed", "1gbit",
+                ["ddp-allreduce", "ddp-gradwire-none", "ddp-gradwire-auto"], seeds=1,
+                model="cnn-wide")
+_step_breakdown("e2e-cnn-wide-4hosts-100mbit-hook-rule-seeds", "100mbit",
+                ["ddp-powersgd-rank-8-start-2", "ddp-gradwire-powersgd-rank-8-min-rate-2",
+                 "gradwire-powersgd-rank-8-min-rate-2"], model="cnn-wide")
 
 
 def summaries(results):

@@ -21,7 +21,7 @@ ROWS = [
     ("e2e-gpt-4hosts-100mbit-seeds", 4, "auto", "auto (the default)"),
     ("e2e-gpt-4hosts-10mbit-diloco-seeds", 4, "diloco:inner_steps=auto", "DiLoCo, 4-bit, auto H"),
     ("e2e-cnn-wide-4hosts-diloco-seeds", 4, "diloco:inner_steps=auto", "DiLoCo, 4-bit, auto H"),
-    ("e2e-cnn-wide-4hosts-100mbit-hook-seeds", 4, "ddp:gradwire-powersgd",
+    ("e2e-cnn-wide-4hosts-100mbit-hook-rule-seeds", 4, "ddp:gradwire-powersgd",
      "Python: DDP + `gradwire.ddp.hook`, PowerSGD"),
     ("e2e-gpt-4hosts-100mbit-hook-seeds", 4, "ddp:gradwire-int8",
      "Python: DDP + `gradwire.ddp.hook`, int8"),
