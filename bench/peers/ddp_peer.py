@@ -36,8 +36,14 @@ ceil(B/W) bytes; the bf16 ring: its chunks), both summed over ranks, as gradwire
 (what `gradwire train --strategy diloco` runs, from a PyTorch loop), with the trainer's
 flags: --inner-steps, --fragments, --fragment-delay, --outer-lr, --outer-momentum,
 --compressor (the outer codec) and --link-bandwidth (for inner_steps auto). As the trainer,
-it lands the exchange in flight before the clock stops, evaluates rank 0's model between
-rounds and, after finish() at the end, the model every rank holds.
+it lands the exchange in flight before the clock stops, evaluates the synchronized model
+(every fragment as last merged: what the ranks agree on) and, after finish() at the end,
+the model every rank holds.
+
+--hook localsgd is PyTorch's own local SGD (post_localSGD_hook, PostLocalSGDOptimizer,
+PeriodicModelAverager: local_updates.py): gradients allreduced for --localsgd-warmup steps,
+then the models averaged every --localsgd-period steps; evaluated, like DiLoCo, on the
+model the ranks last met on, and averaged once more at the end.
 """
 
 import argparse
@@ -60,6 +66,8 @@ import torch.nn.functional as F
 from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
+
+import local_updates  # beside this file (bench/peers/, build/bench/, libexec/gradwire/)
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST's training-set pixel statistics (of x / 255)
@@ -566,8 +574,13 @@ def show(job, value):
 
 def parse_args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--hook", choices=["allreduce", "fp16", "bf16", "powersgd", "gradwire"],
+    p.add_argument("--hook",
+                   choices=["allreduce", "fp16", "bf16", "powersgd", "gradwire", "localsgd"],
                    default="allreduce")
+    p.add_argument("--localsgd-period", type=int, default=10,
+                   help="with --hook localsgd: steps between model averages")
+    p.add_argument("--localsgd-warmup", type=int, default=0,
+                   help="with --hook localsgd: steps of gradient allreduce first")
     p.add_argument("--gradwire-codec", default="auto",
                    help="with --hook gradwire: gradwire.ddp.hook's codec (auto, int8, ...)")
     p.add_argument("--gradwire-first-bucket-mb", type=float, default=1.0,
@@ -663,10 +676,15 @@ def main(argv):
     steps = (per_rank + step_samples - 1) // step_samples
     counter = ByteCounter()
     optimizer = make_optimizer(r, model, job.no_decay())
+    local_sgd = None  # --hook localsgd: PyTorch's post-local SGD (local_updates.py)
     if args.strategy == "diloco":
         diloco = make_diloco(model, optimizer, args)
         counter.gradwire = diloco
         codec = f"python:diloco/{args.compressor}"
+    elif args.hook == "localsgd":
+        local_sgd = local_updates.LocalSGD(ddp, model, optimizer, args.localsgd_period,
+                                           args.localsgd_warmup, counter)
+        codec = local_sgd.description()
     else:
         codec = register_hook(ddp, optimizer, args, steps * args.epochs, counter)
     initial_checksum = parameter_crc32(model)
@@ -684,6 +702,8 @@ def main(argv):
             metrics.flush()
 
     clock = TrainingClock()
+    if local_sgd is not None:
+        local_sgd.clock = clock
     state = {"step": 0, "evaluated": 0, "quality": 0.0}
 
     def stop_clock():
@@ -692,13 +712,22 @@ def main(argv):
             diloco.wait_for_exchange()
         clock.pause()
 
+    def synchronized_model():
+        # What the ranks agree on (local-update methods: the model as last synchronized).
+        if diloco is not None:
+            return local_updates.diloco_synchronized_model(diloco, model)
+        if local_sgd is not None:
+            return local_sgd.synchronized_model()
+        return contextlib.nullcontext()
+
     def evaluate_now(epoch):  # with the clock paused
         with span("evaluate", "evaluate"):
             evaluate_in_span(epoch)
 
     def evaluate_in_span(epoch):
         if root:
-            state["quality"] = job.evaluate(model)
+            with synchronized_model():
+                state["quality"] = job.evaluate(model)
             write({"event": "eval", "epoch": epoch, "step": state["step"],
                    "train_s": clock.seconds(), job.metric: state["quality"]})
         dist.barrier()
@@ -753,7 +782,7 @@ def main(argv):
                 for group in optimizer.param_groups:
                     group["lr"] = lr_at(r, state["step"], steps * args.epochs)
             with span("step", "step"):
-                (diloco or optimizer).step()
+                (diloco or local_sgd or optimizer).step()
             state["step"] += 1
             samples += len(batch)
             if root and args.progress == "lines" and ((step + 1) % progress_every == 0 or step + 1 == steps):
@@ -768,6 +797,9 @@ def main(argv):
         # rank (a collective, counted as training), and that model is evaluated.
         if diloco is not None and epoch == args.epochs:
             diloco.finish()
+            state["evaluated"] = -1
+        if local_sgd is not None and epoch == args.epochs:
+            local_sgd.finish()
             state["evaluated"] = -1
         # Evaluation and the epoch's bookkeeping are not training time.
         stop_clock()

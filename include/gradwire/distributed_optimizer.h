@@ -110,6 +110,7 @@
 // plan at rank 16 (strategy/registry.h).
 #pragma once
 
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -430,6 +431,14 @@ class DistributedOptimizer {
   std::optional<JobSummary> finish();
   // DiLoCo only (nullopt otherwise): this worker's outer loop so far. Not collective.
   std::optional<DiLoCoSummary> diloco_summary() const;
+  // Runs `use` with the model the ranks agree on in the model's parameters, then puts this
+  // rank's own back (also when `use` throws): what a program evaluates and keeps. DiLoCo:
+  // every part of the model as it was last synchronized (theta_g, the same on every rank;
+  // between synchronizations each rank's own model differs from it, and it is what the
+  // papers evaluate); after finish() it is the model itself. Buffers (BatchNorm's
+  // statistics) stay this rank's own. The other strategies: `use` runs on the model as it
+  // is. Not collective; between steps.
+  void with_synchronized_model(const std::function<void()>& use);
 
  private:
   std::unique_ptr<Impl> impl_;

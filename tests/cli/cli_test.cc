@@ -159,6 +159,34 @@ TEST(CliTest, DiLoCoTrainsAndEndsWithOneModel) {
   std::filesystem::remove(metrics);
 }
 
+// What `train` evaluates mid-run under DiLoCo is the synchronized model (theta_g), not rank
+// 0's own, which moves at every step: with H = 12 and an evaluation every 4 steps, the
+// evaluations at steps 4 and 8 see the starting model, those at 12, 16 and 20 the first
+// round's result, and 24 and 28 the second's; each group scores the same and the groups
+// differ.
+TEST(CliTest, DiLoCoEvaluatesTheSynchronizedModelBetweenRounds) {
+  const std::string metrics = temp_path("diloco_eval.jsonl");
+  const auto r = run(std::string(GRADWIRE_CLI) +
+                         " train --workers 2 --strategy diloco --inner-steps 12 --outer-lr 1"
+                         " --outer-momentum 0 --epochs 1 --batch-size 32 --train-limit 2048"
+                         " --test-limit 1000 --eval-every 4 --progress none --metrics " +
+                         metrics,
+                     300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::map<int, double> accuracy;  // by step
+  for (const auto& line : gradwire::testing::read_json_lines(metrics)) {
+    if (line["event"] == "eval") accuracy[line["step"].get<int>()] = line["test_accuracy"];
+  }
+  for (int step : {4, 8, 12, 16, 20, 24, 28}) ASSERT_TRUE(accuracy.count(step)) << step;
+  EXPECT_EQ(accuracy[4], accuracy[8]);
+  EXPECT_EQ(accuracy[12], accuracy[16]);
+  EXPECT_EQ(accuracy[12], accuracy[20]);
+  EXPECT_EQ(accuracy[24], accuracy[28]);
+  EXPECT_NE(accuracy[8], accuracy[12]);
+  EXPECT_NE(accuracy[20], accuracy[24]);
+  std::filesystem::remove(metrics);
+}
+
 // The shipped tool has no test-only switch: fault injection is the tests' build's alone.
 TEST(CliTest, TheShippedToolRefusesTheFaultInjectionSwitch) {
   const auto r = run(std::string(GRADWIRE_CLI) + " train --workers 2 --test-worker-exit 1:3", 60);

@@ -5,6 +5,7 @@
 
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 
 #include "../common/command_runner.h"
@@ -153,9 +154,9 @@ TEST(DdpPeerTest, GptWithAccumulationFollowsGradwireNone) {
 
 // The Python module's DiLoCo (the peer's --strategy diloco: gradwire.DiLoCo in a PyTorch
 // loop) against `gradwire train --strategy diloco` on the same job, fragments streamed with
-// a delay, int8 outer gradients: the same schedule (the same bytes exchanged), rank 0's
-// model at every evaluation and the final averaged model within 1% of accuracy (the float
-// sums of two programs may round differently), one model on every rank at the end.
+// a delay, int8 outer gradients: the same schedule (the same bytes exchanged), the
+// synchronized model at every evaluation and the final averaged model within 1% of accuracy (the
+// float sums of two programs may round differently), one model on every rank at the end.
 TEST(DdpPeerTest, PythonDiLoCoFollowsTheCppStrategy) {
 #ifndef GRADWIRE_PYTHON_PATH
   GTEST_SKIP() << "built without the Python module (GRADWIRE_WITH_PYTHON=OFF)";
@@ -187,6 +188,45 @@ TEST(DdpPeerTest, PythonDiLoCoFollowsTheCppStrategy) {
   std::filesystem::remove(ours);
   std::filesystem::remove(theirs);
 #endif
+}
+
+// PyTorch's local SGD in the peer (--hook localsgd: post_localSGD_hook, PostLocalSGDOptimizer,
+// PeriodicModelAverager), period 12 without warm-up, 32 steps of 2 ranks: the averager
+// averages after steps 1, 13 and 25 (its step counter k = 0, 12, 24), so the evaluations
+// every 4 steps see the model the ranks last met on: 4, 8 and 12 the same, 16, 20 and 24
+// the same, 28 another. The bytes are four fp32 averages of the model (three by the
+// averager, one at the end, as step 32 averages none), nothing per step; one model at the
+// end.
+TEST(DdpPeerTest, LocalSgdEvaluatesTheModelTheRanksLastMetOn) {
+  const std::string metrics = temp_path("localsgd.jsonl");
+  const auto r =
+      run_command(std::string(GRADWIRE_CLI) + " run -n 2 -- /usr/bin/python3 " + GRADWIRE_DDP_PEER +
+                      " --hook localsgd --localsgd-period 12 --localsgd-warmup 0"
+                      " --model cnn --epochs 1 --batch-size 32 --train-limit 2048"
+                      " --test-limit 500 --eval-every 4 --progress none --metrics " +
+                      metrics,
+                  300);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::map<int, double> accuracy;
+  for (const auto& e : read_events(metrics, "eval")) {
+    accuracy[e["step"].get<int>()] = e["test_accuracy"].get<double>();
+  }
+  for (int step : {4, 8, 12, 16, 20, 24, 28}) ASSERT_TRUE(accuracy.count(step)) << step;
+  EXPECT_EQ(accuracy[4], accuracy[8]);
+  EXPECT_EQ(accuracy[4], accuracy[12]);
+  EXPECT_EQ(accuracy[16], accuracy[20]);
+  EXPECT_EQ(accuracy[16], accuracy[24]);
+  EXPECT_NE(accuracy[12], accuracy[16]);
+  EXPECT_NE(accuracy[24], accuracy[28]);
+  const auto summaries = read_events(metrics, "summary");
+  ASSERT_EQ(summaries.size(), 1u);
+  const auto& s = summaries[0];
+  EXPECT_EQ(s["codec"], "ddp:localsgd:period=12,warmup=0");
+  EXPECT_EQ(s["steps"], 32);
+  // bytes_dense is a per-step fp32 exchange of every rank's model: 32 of them.
+  EXPECT_EQ(s["bytes_contributed"].get<double>(), 4 * s["bytes_dense"].get<double>() / 32);
+  EXPECT_EQ(s["param_checksums"][0], s["param_checksums"][1]);
+  std::filesystem::remove(metrics);
 }
 
 }  // namespace

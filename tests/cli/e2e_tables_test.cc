@@ -108,6 +108,22 @@ std::string flag_value(const std::vector<std::string>& cmd, const std::string& f
   return at == cmd.end() || at + 1 == cmd.end() ? std::string("(absent)") : *(at + 1);
 }
 
+// ddp:localsgd:period=H,warmup=W runs the peer with PyTorch's local SGD and those two.
+TEST(E2eMatrixTest, DdpLocalSgdRunsThePeerWithItsPeriodAndWarmup) {
+  const e2e::Config c = e2e::parse_config("ddp:localsgd:period=40,warmup=5");
+  EXPECT_EQ(c.system, "ddp");
+  EXPECT_EQ(c.hook, "localsgd");
+  const auto cmd = command_at_10mbit(c);
+  EXPECT_EQ(flag_value(cmd, "--hook"), "localsgd");
+  EXPECT_EQ(flag_value(cmd, "--localsgd-period"), "40");
+  EXPECT_EQ(flag_value(cmd, "--localsgd-warmup"), "5");
+  const auto defaults = command_at_10mbit(e2e::parse_config("ddp:localsgd"));
+  EXPECT_EQ(flag_value(defaults, "--localsgd-period"), "10");
+  EXPECT_EQ(flag_value(defaults, "--localsgd-warmup"), "0");
+  EXPECT_THROW(e2e::parse_config("ddp:localsgd:period=0"), gradwire::ConfigError);
+  EXPECT_THROW(e2e::parse_config("ddp:localsgd:every=4"), gradwire::ConfigError);
+}
+
 // python:diloco:... runs the same flags through the peer's PyTorch loop (gradwire.DiLoCo).
 TEST(E2eMatrixTest, PythonDiLoCoRunsThePeerWithTheTrainersFlags) {
   const std::string text = "python:diloco:inner_steps=50,fragments=2,delay=5,epochs=2/int4";

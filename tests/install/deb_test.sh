@@ -21,7 +21,8 @@ contains() {  # contains DEB PATH...
   dpkg-deb -c "$deb" | awk '{print $6}' > "$work/list"
   for path in "$@"; do grep -qx "./$path" "$work/list" || fail "$(basename "$deb") lacks /$path"; done
 }
-contains "$runtime" usr/bin/gradwire usr/libexec/gradwire/ddp_peer.py
+contains "$runtime" usr/bin/gradwire usr/libexec/gradwire/ddp_peer.py \
+  usr/libexec/gradwire/local_updates.py
 contains "$dev" usr/include/gradwire/gradwire.h usr/include/gradwire/version.h \
   usr/lib/libgradwire.a usr/lib/cmake/gradwire/gradwireConfig.cmake \
   usr/share/doc/gradwire/examples/CMakeLists.txt

@@ -38,7 +38,8 @@ DistributedOptions diloco(uint64_t h, int fragments = 1, uint64_t delay = 0,
 
 // H = 3, fp32, no streaming, for 7 steps: every rank's model is the reference's, in which
 // two nets with their own AdamW take the ranks' steps and every third step the outer
-// Nesterov step is applied by hand; after finish() both hold the mean of the two.
+// Nesterov step is applied by hand; the synchronized model (with_synchronized_model) is
+// the reference's theta_g at every step; after finish() both hold the mean of the two.
 TEST(DiLoCoOptimizer, MatchesASingleProcessReferenceWithAdamW) {
   const Problem problem;
   const int steps = 7, h = 3;
@@ -52,7 +53,7 @@ TEST(DiLoCoOptimizer, MatchesASingleProcessReferenceWithAdamW) {
     global.push_back(p.detach().clone());
     momentum.push_back(torch::zeros_like(p));
   }
-  std::vector<std::vector<torch::Tensor>> ref_grads(steps);
+  std::vector<std::vector<torch::Tensor>> ref_grads(steps), global_at(steps);
   for (int s = 0; s < steps; ++s) {
     for (int r = 0; r < kWorld; ++r) {
       ref_opt[r]->zero_grad();
@@ -75,6 +76,7 @@ TEST(DiLoCoOptimizer, MatchesASingleProcessReferenceWithAdamW) {
         p1[i].copy_(global[i]);
       }
     }
+    for (auto& g : global) global_at[s].push_back(g.clone());
   }
   std::vector<torch::Tensor> mean;
   {
@@ -94,6 +96,21 @@ TEST(DiLoCoOptimizer, MatchesASingleProcessReferenceWithAdamW) {
                                            batch_y(problem, s, rank))
           .backward();
       opt.step();
+      // The model to evaluate is the last synchronized one, theta_g (the reference's
+      // `global`), on both ranks; the rank's own model is back afterwards.
+      std::vector<torch::Tensor> own;
+      for (auto& p : net->parameters()) own.push_back(p.detach().clone());
+      opt.with_synchronized_model([&] {
+        auto params = net->parameters();
+        for (size_t i = 0; i < params.size(); ++i) {
+          EXPECT_TRUE(torch::allclose(params[i], global_at[s][i], 1e-4, 1e-5))
+              << "rank " << rank << " step " << s << " parameter " << i;
+        }
+      });
+      {
+        auto params = net->parameters();
+        for (size_t i = 0; i < params.size(); ++i) EXPECT_TRUE(torch::equal(params[i], own[i]));
+      }
       if (rank == 1) {  // .grad is this rank's own gradient, untouched by the exchange
         auto params = net->parameters();
         for (size_t i = 0; i < params.size(); ++i) {

@@ -155,14 +155,20 @@ Config parse_config(const std::string& text) {
     c.system = "ddp";
     const Spec hook = Spec::parse(text.substr(4));
     c.hook = hook.name;
-    if (c.hook != "allreduce" && c.hook != "fp16" && c.hook != "bf16" && c.hook != "powersgd") {
+    if (c.hook != "allreduce" && c.hook != "fp16" && c.hook != "bf16" && c.hook != "powersgd" &&
+        c.hook != "localsgd") {
       throw ConfigError("configuration '" + text +
-                        "': DDP hooks are allreduce, fp16, bf16, powersgd and gradwire-CODEC");
+                        "': DDP hooks are allreduce, fp16, bf16, powersgd, localsgd and "
+                        "gradwire-CODEC");
     }
     SpecReader reader(hook, "DDP hook");
     if (c.hook == "powersgd") {
       c.powersgd_rank = static_cast<int>(reader.get_int_in("rank", 2, 1, 1024));
       c.powersgd_start = reader.get_int_in("start", -1, -1, 1LL << 40);
+    }
+    if (c.hook == "localsgd") {
+      c.localsgd_period = reader.get_int_in("period", 10, 1, 1LL << 40);
+      c.localsgd_warmup = reader.get_int_in("warmup", 0, 0, 1LL << 40);
     }
     reader.finish();
     return c;
@@ -320,6 +326,10 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
     if (run.config.hook == "powersgd") {
       cmd.insert(cmd.end(), {"--powersgd-rank", std::to_string(run.config.powersgd_rank),
                              "--powersgd-start-iter", std::to_string(run.config.powersgd_start)});
+    }
+    if (run.config.hook == "localsgd") {
+      cmd.insert(cmd.end(), {"--localsgd-period", std::to_string(run.config.localsgd_period),
+                             "--localsgd-warmup", std::to_string(run.config.localsgd_warmup)});
     }
     if (run.config.hook == "gradwire") {
       cmd.insert(cmd.end(), {"--gradwire-codec", run.config.codec});

@@ -102,9 +102,12 @@ struct Config {
   // "gradwire" (gradwire train), "ddp" (the DDP peer) or "python" (the Python module's
   // DiLoCo in the same peer's plain PyTorch loop: python:diloco:...)
   std::string system;
-  std::string hook;                  // ddp: allreduce, fp16, bf16, powersgd, gradwire
-  int powersgd_rank = 2;             // ddp:powersgd: matrix_approximation_rank
-  long long powersgd_start = -1;     // ddp:powersgd: start_powerSGD_iter (-1: a tenth)
+  std::string hook;               // ddp: allreduce, fp16, bf16, powersgd, localsgd, gradwire
+  int powersgd_rank = 2;          // ddp:powersgd: matrix_approximation_rank
+  long long powersgd_start = -1;  // ddp:powersgd: start_powerSGD_iter (-1: a tenth)
+  // ddp:localsgd:period=H,warmup=W: PyTorch's local SGD (the peer's local_updates.py),
+  // the models averaged every H steps after W steps of gradient allreduce.
+  long long localsgd_period = 10, localsgd_warmup = 0;
   std::string codec;                 // gradwire allreduce: the --compressor spec;
                                      // ddp:gradwire-CODEC: the hook's codec
   std::string updater, consistency;  // ps

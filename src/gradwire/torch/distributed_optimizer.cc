@@ -425,6 +425,31 @@ std::optional<DiLoCoSummary> DistributedOptimizer::diloco_summary() const {
                        s.exchanges,   s.rounds, s.bytes_on_wire, s.last_sync_step};
 }
 
+void DistributedOptimizer::with_synchronized_model(const std::function<void()>& use) {
+  Impl& m = *impl_;
+  if (!m.diloco) {
+    use();
+    return;
+  }
+  torch::NoGradGuard no_grad;
+  m.check_parameters_unchanged();
+  std::vector<torch::Tensor> own;
+  strategy::FloatSpans params;
+  for (auto& p : m.params) {
+    own.push_back(p.detach().clone());
+    params.push_back(float_span(p));
+  }
+  m.diloco->global_parameters(params);
+  struct PutBack {
+    std::vector<torch::Tensor>& params;
+    std::vector<torch::Tensor>& own;
+    ~PutBack() {
+      for (size_t i = 0; i < params.size(); ++i) params[i].detach().copy_(own[i]);
+    }
+  } put_back{m.params, own};
+  use();
+}
+
 void DistributedOptimizer::count_samples(size_t samples, double loss_sum) {
   impl_->strategy->count_samples(samples, loss_sum);
 }

@@ -177,7 +177,9 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   }
 
   // Rank 0 evaluates while the clock is stopped; the others wait at the barrier, so no
-  // rank counts the evaluation as training time.
+  // rank counts the evaluation as training time. What it evaluates is the model the ranks
+  // agree on: DiLoCo's as last synchronized, not rank 0's own between rounds (the papers'
+  // protocol: a user keeps the synchronized model).
   TrainingClock clock;
   clock.bank(from.train_s);
   size_t global_step = from.global_step, evaluated_step = from.evaluated_step;
@@ -185,7 +187,8 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
   const auto evaluate_now = [&](int epoch) {  // with the clock paused
     TimelineSpan span("evaluate", "evaluate");
     if (context.is_root()) {
-      quality = workload.evaluate(idle_machine_threads());
+      optimizer.with_synchronized_model(
+          [&] { quality = workload.evaluate(idle_machine_threads()); });
       metrics.write({{"event", "eval"},
                      {"epoch", epoch},
                      {"step", global_step},
