@@ -131,16 +131,34 @@ def mean(values):
 STEEP = 0.85  # CSVs of earlier versions name no steep accuracy: the one the bench uses
 
 
-def first_at(curve, target, metric):
-    """Training seconds of the first evaluation that reaches `target`; None: never."""
-    return next((t for t, a in curve if metric.reached(a, target)), None)
+def interpolated(row):
+    """Whether the run's crossings are interpolated between evaluations (results.csv's
+    "crossing" column, e2e_matrix.h's crossing_time); earlier CSVs took the first
+    evaluation that reached the target."""
+    return row.get("crossing") == "interpolated"
+
+
+def first_at(curve, target, metric, interpolate=False):
+    """When `curve` ((x, value) pairs: seconds or steps) first reaches `target`: the x of
+    the first point that does or, interpolating, linearly between the point before it and
+    that one (as e2e_matrix.cc's crossing_time); None: never."""
+    before = None
+    for x, value in curve:
+        if metric.reached(value, target):
+            if not interpolate or before is None:
+                return x
+            x0, v0 = before
+            share = min(1.0, max(0.0, (target - v0) / (value - v0)))
+            return x0 + share * (x - x0)
+        before = (x, value)
+    return None
 
 
 def wire_to_target(row, target, metric):
-    """Bytes on the wire (per step, as the row counts them) times the steps of the first
-    evaluation that reached `target`; None: never, or no curve with steps."""
-    step = next((n for n, v in row.get("step_curve", []) if n is not None
-                 and metric.reached(v, target)), None)
+    """Bytes on the wire (per step, as the row counts them) times the steps to `target`
+    (first_at over the steps of the evaluations); None: never, or no curve with steps."""
+    curve = [(n, v) for n, v in row.get("step_curve", []) if n is not None]
+    step = first_at(curve, target, metric, interpolated(row))
     per_step = number(row.get("wire_bytes_per_step"))
     return per_step * step if step and per_step else None
 
@@ -179,8 +197,8 @@ def aggregate(rows):
             per_seed[int(r["run"])] = {
                 "train_s": train,
                 "over_floor": train / floor_s if train and floor_s else None,
-                "steep": first_at(r["curve"], steep, metric) if r["curve"] else number(
-                    r.get("time_to_steep_s")),
+                "steep": first_at(r["curve"], steep, metric, interpolated(r))
+                if r["curve"] else number(r.get("time_to_steep_s")),
                 # A CSV of an earlier version without its metrics files cannot say.
                 "steep_known": bool(r["curve"]) or "time_to_steep_s" in r,
                 "target": number(r["time_to_target_s"]),
@@ -211,6 +229,7 @@ def aggregate(rows):
             "per_seed": per_seed,
             "curves": [r["curve"] for r in runs],
             "step_samples": sorted({r["step_samples"] for r in runs if r["step_samples"]}),
+            "interpolated": all(interpolated(r) for r in runs),
         }
     return summary
 
@@ -410,8 +429,10 @@ def tables_markdown(summary, rows, models, bandwidths, configs):
             steep, target, metric = first["steep"], first["target"], first["metric"]
             base = best_ddp(summary, model, bw, configs)
             seeds = sorted({seed for k in keys for seed in summary[k]["per_seed"]})
+            crossings = ("; times to a target interpolated between evaluations"
+                         if all(summary[k]["interpolated"] for k in keys) else "")
             lines.append(f"### {model}, {bw} per host: {len(seeds)} seed"
-                         f"{'s' if len(seeds) != 1 else ''}, mean [min, max]\n")
+                         f"{'s' if len(seeds) != 1 else ''}, mean [min, max]{crossings}\n")
             vs = f"`{base}`"
             header = ["system", "configuration", "seeds", "a rank's step", "training (s)",
                       "training / floor",

@@ -173,10 +173,7 @@ TEST(CliTest, DiLoCoEvaluatesTheSynchronizedModelBetweenRounds) {
                          metrics,
                      300);
   ASSERT_EQ(r.status, 0) << r.output;
-  std::map<int, double> accuracy;  // by step
-  for (const auto& line : gradwire::testing::read_json_lines(metrics)) {
-    if (line["event"] == "eval") accuracy[line["step"].get<int>()] = line["test_accuracy"];
-  }
+  auto accuracy = gradwire::testing::evaluations_by_step(metrics);
   for (int step : {4, 8, 12, 16, 20, 24, 28}) ASSERT_TRUE(accuracy.count(step)) << step;
   EXPECT_EQ(accuracy[4], accuracy[8]);
   EXPECT_EQ(accuracy[12], accuracy[16]);

@@ -226,7 +226,9 @@ TEST(DdpPeerTest, EveryHookTrainsInAClusterAndWritesMetrics) {
 TEST(BenchE2eTest, BadConfigurationsAreRefusedUpFront) {
   for (const auto& [config, message] : std::vector<std::pair<std::string, std::string>>{
            {"zip", "unknown codec 'zip'"},
-           {"ddp:zip", "DDP hooks are allreduce, fp16, bf16, powersgd and gradwire-CODEC"},
+           {"ddp:zip",
+            "DDP hooks are allreduce, fp16, bf16, powersgd, localsgd and gradwire-CODEC"},
+           {"ddp:localsgd:period=0", "period"},
            {"ddp:gradwire-zip", "unknown codec 'zip'"},
            {"ddp:powersgd:rnk=4", "rnk"},
            {"ddp:fp16:rank=4", "rank"},

@@ -5,7 +5,6 @@
 
 #include <filesystem>
 #include <fstream>
-#include <map>
 #include <nlohmann/json.hpp>
 
 #include "../common/command_runner.h"
@@ -207,10 +206,7 @@ TEST(DdpPeerTest, LocalSgdEvaluatesTheModelTheRanksLastMetOn) {
                       metrics,
                   300);
   ASSERT_EQ(r.status, 0) << r.output;
-  std::map<int, double> accuracy;
-  for (const auto& e : read_events(metrics, "eval")) {
-    accuracy[e["step"].get<int>()] = e["test_accuracy"].get<double>();
-  }
+  auto accuracy = gradwire::testing::evaluations_by_step(metrics);
   for (int step : {4, 8, 12, 16, 20, 24, 28}) ASSERT_TRUE(accuracy.count(step)) << step;
   EXPECT_EQ(accuracy[4], accuracy[8]);
   EXPECT_EQ(accuracy[4], accuracy[12]);

@@ -195,6 +195,21 @@ void write_metrics(const std::string& path, const std::vector<std::pair<double, 
       << "\n";
 }
 
+// A run reaches a target between two evaluations: the crossing is interpolated in training
+// time (accuracy from below, loss from above); at the first evaluation its own time; never:
+// none.
+TEST(E2eTablesTest, CrossingsAreInterpolatedBetweenEvaluations) {
+  const e2e::Targets accuracy{0.85, 0.88, "test_accuracy", true};
+  const std::vector<std::pair<double, double>> rising = {{10, 0.80}, {20, 0.90}, {30, 0.87}};
+  EXPECT_DOUBLE_EQ(e2e::crossing_time(rising, accuracy, 0.85).value_or(-1), 15);
+  EXPECT_DOUBLE_EQ(e2e::crossing_time(rising, accuracy, 0.80).value_or(-1), 10);
+  EXPECT_FALSE(e2e::crossing_time(rising, accuracy, 0.95));
+  EXPECT_FALSE(e2e::crossing_time({}, accuracy, 0.85));
+  const e2e::Targets loss{2.0, 1.6, "val_loss", false};
+  const std::vector<std::pair<double, double>> falling = {{10, 2.5}, {20, 1.5}};
+  EXPECT_DOUBLE_EQ(e2e::crossing_time(falling, loss, 2.0).value_or(-1), 15);
+}
+
 // What each run of the table test trains: final accuracy, training seconds, when it
 // reached 85% and 88% (negative: never).
 struct Fake {
@@ -218,8 +233,9 @@ TEST(E2eTablesTest, EachSeedAgainstItsOwnFloorAndTheBestDdpWithAVerdictFromThree
   e2e::Floors floors;
   for (size_t i = 0; i < runs.size(); ++i) {
     const Fake& f = fakes[i];
-    std::vector<std::pair<double, double>> evals = {{f.steep_s / 2, 0.80}, {f.steep_s, 0.86}};
-    if (f.target_s > 0) evals.push_back({f.target_s, 0.885});
+    // Each evaluation lands on its target, so the interpolated crossings are its times.
+    std::vector<std::pair<double, double>> evals = {{f.steep_s / 2, 0.80}, {f.steep_s, 0.85}};
+    if (f.target_s > 0) evals.push_back({f.target_s, 0.88});
     const std::string metrics = dir + "/runs/" + runs[i].id + ".jsonl";
     write_metrics(metrics, evals, f.accuracy, f.train_s);
     const e2e::Outcome o = e2e::read_outcome(metrics, s.targets.at("cnn"), 2, 64);
@@ -257,7 +273,9 @@ TEST(E2eTablesTest, EachSeedAgainstItsOwnFloorAndTheBestDdpWithAVerdictFromThree
   // 88%, final accuracy, minus the floor's, time to 88% / DDP's, verdict, training / DDP's,
   // verdict, bytes per step on the wire, bytes on the wire to 88% / the floor's (each fake
   // run reaches 88% at its third evaluation, step 30, as its floor does: 1).
-  EXPECT_NE(md.find("### cnn, 100mbit per host: 3 seeds, mean [min, max]"), std::string::npos)
+  EXPECT_NE(md.find("### cnn, 100mbit per host: 3 seeds, mean [min, max]; times to a target "
+                    "interpolated between evaluations"),
+            std::string::npos)
       << md;
   EXPECT_NE(md.find("time to 88% / `ddp:fp16`'s"), std::string::npos) << md;
   // Floor: 60, 62, 64 s; 30, 31, 32 s to 85%; 40, 41, 42 s to 88%.
@@ -350,8 +368,9 @@ TEST(E2eTablesTest, ALossIsReachedFromAboveAndTheTablesShowLosses) {
     out.close();
     const e2e::Outcome o = e2e::read_outcome(metrics, s.targets.at("gpt"), 2, 16);
     ASSERT_TRUE(o.complete);
-    EXPECT_DOUBLE_EQ(o.time_to_steep_s.value_or(-1), 20 * slow);
-    EXPECT_DOUBLE_EQ(o.time_to_target_s.value_or(-1), 30 * slow);
+    // Crossings interpolated: loss 2.0 at 10 + 10 (0.5 / 0.6), 1.6 at 20 + 10 (0.3 / 0.35).
+    EXPECT_NEAR(o.time_to_steep_s.value_or(-1), (10 + 10 * 0.5 / 0.6) * slow, 1e-9);
+    EXPECT_NEAR(o.time_to_target_s.value_or(-1), (20 + 10 * 0.3 / 0.35) * slow, 1e-9);
     EXPECT_DOUBLE_EQ(o.final_quality, 1.55);
     outcomes[run.index] = o;
     status[run.index] = "ok";
@@ -366,7 +385,7 @@ TEST(E2eTablesTest, ALossIsReachedFromAboveAndTheTablesShowLosses) {
             std::string::npos)
       << md;
   // A rank's step: 8 windows of 128 bytes, 2 micro-batches, as the runs' summaries say.
-  EXPECT_NE(md.find("| gradwire | `none` | 1 | 16 x 128 B | 30.0 | 1.000 | 20.0 | 30.0 | 1.5500 "
+  EXPECT_NE(md.find("| gradwire | `none` | 1 | 16 x 128 B | 30.0 | 1.000 | 18.3 | 28.6 | 1.5500 "
                     "| +0.0000 "
                     "| 0.50x |"),
             std::string::npos)

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <fstream>
+#include <map>
 #include <nlohmann/json.hpp>
 #include <string>
 #include <vector>
@@ -20,6 +21,16 @@ inline std::vector<nlohmann::json> read_json_lines(const std::string& path) {
 inline nlohmann::json last_json_line(const std::string& path) {
   const auto lines = read_json_lines(path);
   return lines.empty() ? nlohmann::json() : lines.back();
+}
+
+// `metric` at every "eval" line, by the step it was taken at.
+inline std::map<int, double> evaluations_by_step(const std::string& path,
+                                                 const std::string& metric = "test_accuracy") {
+  std::map<int, double> out;
+  for (const auto& line : read_json_lines(path)) {
+    if (line["event"] == "eval") out[line["step"].get<int>()] = line[metric].get<double>();
+  }
+  return out;
 }
 
 }  // namespace gradwire::testing

@@ -387,6 +387,20 @@ std::vector<std::string> run_environment(const Run& run) {
   return {"GRADWIRE_NUM_SERVERS=1", "GRADWIRE_PS_BIND=0.0.0.0"};
 }
 
+std::optional<double> crossing_time(const std::vector<std::pair<double, double>>& evals,
+                                    const Targets& targets, double target) {
+  for (size_t i = 0; i < evals.size(); ++i) {
+    const auto [t1, v1] = evals[i];
+    if (!targets.reached(v1, target)) continue;
+    if (i == 0) return t1;
+    const auto [t0, v0] = evals[i - 1];
+    // v0 did not reach the target and v1 did, so they differ and the share is in (0, 1].
+    const double share = (target - v0) / (v1 - v0);
+    return t0 + std::clamp(share, 0.0, 1.0) * (t1 - t0);
+  }
+  return std::nullopt;
+}
+
 Outcome read_outcome(const std::string& metrics_path, Targets targets, int workers,
                      int batch_size) {
   Outcome out;
@@ -403,10 +417,6 @@ Outcome read_outcome(const std::string& metrics_path, Targets targets, int worke
       const double t = j.value("train_s", 0.0), value = j.value(targets.metric, 0.0);
       out.evals.emplace_back(t, value);
       out.last_step = std::max<size_t>(out.last_step, j.value("step", size_t{0}));
-      if (!out.time_to_steep_s && targets.reached(value, targets.steep)) out.time_to_steep_s = t;
-      if (!out.time_to_target_s && targets.reached(value, targets.plateau)) {
-        out.time_to_target_s = t;
-      }
     } else if (event == "summary") {
       out.complete = true;
       out.codec = j.value("codec", "");
@@ -426,6 +436,8 @@ Outcome read_outcome(const std::string& metrics_path, Targets targets, int worke
       }
     }
   }
+  out.time_to_steep_s = crossing_time(out.evals, targets, targets.steep);
+  out.time_to_target_s = crossing_time(out.evals, targets, targets.plateau);
   return out;
 }
 
@@ -438,7 +450,7 @@ void write_csv(const std::string& path, const Settings& settings, const std::vec
   // these columns steep_accuracy, target_accuracy and final_accuracy, and had no metric).
   csv << "system,config,codec,model,bandwidth,run,seed,status,metric,steep_target,"
          "time_to_steep_s,target,time_to_target_s,final,train_s,compute_floor_s,overhead,"
-         "bytes_per_step,wire_bytes_per_step,bytes_received_per_step,metrics\n";
+         "bytes_per_step,wire_bytes_per_step,bytes_received_per_step,metrics,crossing\n";
   const auto seconds = [](const std::optional<double>& t) {
     char text[32] = "";
     if (t) std::snprintf(text, sizeof text, "%.2f", *t);
@@ -466,7 +478,7 @@ void write_csv(const std::string& path, const Settings& settings, const std::vec
         << (o.complete && o.wire_bytes_per_step > 0 ? number(std::round(o.wire_bytes_per_step))
                                                     : "")
         << "," << (o.complete ? number(std::round(o.bytes_received_per_step)) : "") << ","
-        << csv_field(runs_dir + "/" + run.id + ".jsonl") << "\n";
+        << csv_field(runs_dir + "/" + run.id + ".jsonl") << ",interpolated\n";
   }
   if (!csv) throw SystemError(errno_message("writing " + path + " failed", errno));
 }

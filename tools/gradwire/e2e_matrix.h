@@ -163,15 +163,26 @@ struct Outcome {
   bool complete = false;                         // a summary line was found
   std::string codec;                             // the codec in use, as the run printed it
   std::vector<std::pair<double, double>> evals;  // (train_s, the metric)
-  std::optional<double> time_to_steep_s;         // first evaluation at Targets::steep or above
-  std::optional<double> time_to_target_s;        // and at Targets::plateau
-  double final_quality = 0;                      // the metric at the end
+  std::optional<double> time_to_steep_s;   // when it first reached Targets::steep (crossing_time)
+  std::optional<double> time_to_target_s;  // and Targets::plateau
+  double final_quality = 0;                // the metric at the end
   double train_s = 0;
   double bytes_per_step = 0;           // contributed per worker per step (codec output)
   double wire_bytes_per_step = 0;      // put on the network per worker per step (0: unknown)
   double bytes_received_per_step = 0;  // pulled per worker per step (parameter server)
   size_t last_step = 0;                // progress so far
 };
+
+// When a run's metric first reached `target`, from its evaluations (train_s, the metric)
+// in order: interpolated linearly in training time between the evaluation before and the
+// first that reached it. Evaluations are a fixed number of steps apart, so one taken at
+// the first evaluation that reaches the target would favour the configuration whose steps
+// are short (it is evaluated more often in seconds); the crossing puts every configuration
+// on one footing. The first evaluation's own time when it already reached it (nothing
+// before it to interpolate from); nullopt when none did. results.csv says so in its
+// "crossing" column ("interpolated"; earlier CSVs, without it, took the first evaluation).
+std::optional<double> crossing_time(const std::vector<std::pair<double, double>>& evals,
+                                    const Targets& targets, double target);
 
 // Reads a metrics file (complete or still being written); a missing file is an empty
 // outcome.
