@@ -23,8 +23,10 @@ through DDP, the Python module on PYTHONPATH), allreduce (DDP's default_hooks.al
 hook), fp16 and bf16 (default_hooks.fp16_compress_hook / bf16_compress_hook) and powersgd
 (powerSGD_hook.powerSGD_hook with DDP's recommended settings: error feedback, warm start,
 vanilla allreduce for the first --powersgd-start-iter steps, 10% of the run by default;
-one bucket for the whole model, as its second allreduce, sent from the first's callback,
-can otherwise reach Gloo in different orders on different ranks, which Gloo aborts on).
+by default one bucket for the whole model, as its second allreduce, sent from the first's
+callback, can otherwise reach Gloo in different orders on different ranks, which Gloo
+aborts on; --powersgd-buckets ddp keeps DDP's buckets and runs each bucket's hook after
+the one before, so every rank issues its collectives in one order: bucket_order.py).
 Gloo in torch 1.13 cannot sum bfloat16 ("Invalid scalar type"); there the bf16 hook's
 allreduce runs as a ring (reduce-scatter then allgather) of bfloat16 chunks over
 send/recv, inside the hook, so it does not overlap backward as Gloo's asynchronous
@@ -67,7 +69,8 @@ from torch.distributed.algorithms.ddp_comm_hooks import default_hooks
 from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel
 
-import local_updates  # beside this file (bench/peers/, build/bench/, libexec/gradwire/)
+import bucket_order  # beside this file (bench/peers/, build/bench/, libexec/gradwire/)
+import local_updates
 
 FASHION_MNIST_DIR = "/usr/share/datasets/fashion-mnist"
 MEAN, STD = 0.2860, 0.3530  # Fashion-MNIST's training-set pixel statistics (of x / 255)
@@ -540,8 +543,13 @@ def register_hook(ddp, optimizer, args, total_steps, counter):
         process_group=None, matrix_approximation_rank=args.powersgd_rank,
         start_powerSGD_iter=start, use_error_feedback=True, warm_start=True,
         random_seed=args.seed)
-    ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
-    return f"ddp:powersgd:rank={args.powersgd_rank},start_iter={start},ef=1,warm_start=1"
+    if args.powersgd_buckets == "ddp":
+        # DDP's buckets, each bucket's hook after the one before (bucket_order.py).
+        ddp.register_comm_hook(state, bucket_order.in_bucket_order(powerSGD_hook.powerSGD_hook))
+    else:
+        ddp.register_comm_hook(state, powerSGD_hook.powerSGD_hook)
+    return (f"ddp:powersgd:rank={args.powersgd_rank},start_iter={start},ef=1,warm_start=1"
+            + (",buckets=ddp" if args.powersgd_buckets == "ddp" else ""))
 
 
 # ---- the training loop --------------------------------------------------------------------
@@ -621,6 +629,9 @@ def parse_args(argv):
     p.add_argument("--threads", type=int, default=1, help="compute threads per rank")
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--powersgd-rank", type=int, default=2)
+    p.add_argument("--powersgd-buckets", choices=["one", "ddp"], default="one",
+                   help="one: the whole model in one bucket; ddp: DDP's buckets, each "
+                        "bucket's hook after the one before (bucket_order.py)")
     p.add_argument("--powersgd-start-iter", type=int, default=-1,
                    help="vanilla allreduce before this step (default: 10%% of the steps)")
     p.add_argument("--progress", choices=["lines", "none"], default="lines")
@@ -661,7 +672,7 @@ def main(argv):
         load_initial_weights(model, args.initial_weights)
     bucket_mb = args.bucket_mb
     diloco = None  # --strategy diloco: no DDP; the model itself runs the batches
-    if args.hook == "powersgd" and args.strategy == "ddp":
+    if args.hook == "powersgd" and args.strategy == "ddp" and args.powersgd_buckets == "one":
         # PowerSGD's hook sends its second allreduce (Q) from the first's (P) callback. With
         # more than one bucket, ranks can then hand Gloo their collectives in different
         # orders, and Gloo aborts ("op.preamble.length <= op.nbytes", seen on cnn-wide): one

@@ -108,6 +108,17 @@ std::string flag_value(const std::vector<std::string>& cmd, const std::string& f
   return at == cmd.end() || at + 1 == cmd.end() ? std::string("(absent)") : *(at + 1);
 }
 
+// ddp:powersgd:...,buckets=ddp runs DDP's PowerSGD in DDP's buckets (the peer's
+// bucket_order.py); one bucket by default.
+TEST(E2eMatrixTest, DdpPowerSgdBucketsAreOneOrDdps) {
+  const auto value = [](const std::string& text) {
+    return flag_value(command_at_10mbit(e2e::parse_config(text)), "--powersgd-buckets");
+  };
+  EXPECT_EQ(value("ddp:powersgd:rank=8,start=2"), "one");
+  EXPECT_EQ(value("ddp:powersgd:rank=8,start=2,buckets=ddp"), "ddp");
+  EXPECT_THROW(e2e::parse_config("ddp:powersgd:buckets=two"), gradwire::ConfigError);
+}
+
 // ddp:localsgd:period=H,warmup=W runs the peer with PyTorch's local SGD and those two.
 TEST(E2eMatrixTest, DdpLocalSgdRunsThePeerWithItsPeriodAndWarmup) {
   const e2e::Config c = e2e::parse_config("ddp:localsgd:period=40,warmup=5");

@@ -165,6 +165,10 @@ Config parse_config(const std::string& text) {
     if (c.hook == "powersgd") {
       c.powersgd_rank = static_cast<int>(reader.get_int_in("rank", 2, 1, 1024));
       c.powersgd_start = reader.get_int_in("start", -1, -1, 1LL << 40);
+      c.powersgd_buckets = reader.get_string("buckets", "one");
+      if (c.powersgd_buckets != "one" && c.powersgd_buckets != "ddp") {
+        throw ConfigError("configuration '" + text + "': buckets is one or ddp");
+      }
     }
     if (c.hook == "localsgd") {
       c.localsgd_period = reader.get_int_in("period", 10, 1, 1LL << 40);
@@ -325,7 +329,8 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
     add_initial_weights();
     if (run.config.hook == "powersgd") {
       cmd.insert(cmd.end(), {"--powersgd-rank", std::to_string(run.config.powersgd_rank),
-                             "--powersgd-start-iter", std::to_string(run.config.powersgd_start)});
+                             "--powersgd-start-iter", std::to_string(run.config.powersgd_start),
+                             "--powersgd-buckets", run.config.powersgd_buckets});
     }
     if (run.config.hook == "localsgd") {
       cmd.insert(cmd.end(), {"--localsgd-period", std::to_string(run.config.localsgd_period),

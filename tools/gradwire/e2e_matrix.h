@@ -5,8 +5,10 @@
 // `gradwire train --worker` or the DDP peer (bench/peers/ddp_peer.py); both write the same
 // metrics JSON Lines. A configuration is written
 //   ddp:HOOK                  DDP with hook allreduce, fp16, bf16 or powersgd
-//   ddp:powersgd:rank=R,start=N  PowerSGD of rank R (2) after N dense steps (-1: a tenth of
-//                             the run, as DDP's documentation advises)
+//   ddp:powersgd:rank=R,start=N[,buckets=ddp]  PowerSGD of rank R (2) after N dense steps
+//                             (-1: a tenth of the run, as DDP's documentation advises), in
+//                             one bucket, or in DDP's buckets one after the other
+//   ddp:localsgd:period=H,warmup=W  PyTorch's local SGD
 //   ps:UPDATER[:CONSISTENCY]  gradwire on one parameter server (its own host) with UPDATER
 //                             (ddc-asgd, dc-asgd, ...) under CONSISTENCY (default asp)
 //   gossip:TRIGGER            gradwire gossip (ring, pairwise) with TRIGGER (every, period:K,
@@ -105,6 +107,9 @@ struct Config {
   std::string hook;               // ddp: allreduce, fp16, bf16, powersgd, localsgd, gradwire
   int powersgd_rank = 2;          // ddp:powersgd: matrix_approximation_rank
   long long powersgd_start = -1;  // ddp:powersgd: start_powerSGD_iter (-1: a tenth)
+  // ddp:powersgd:buckets=one (the whole model in one bucket) or ddp (DDP's buckets, each
+  // bucket's hook after the one before: the peer's bucket_order.py)
+  std::string powersgd_buckets = "one";
   // ddp:localsgd:period=H,warmup=W: PyTorch's local SGD (the peer's local_updates.py),
   // the models averaged every H steps after W steps of gradient allreduce.
   long long localsgd_period = 10, localsgd_warmup = 0;
