@@ -477,7 +477,7 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
   e2e->add_option("--models", args->models, "models, comma-separated")->capture_default_str();
   e2e->add_option(
       "--configs", args->configs,
-      "configurations (space-separated): ddp:HOOK (ddp:powersgd:rank=R,start=N; "
+      "configurations (space-separated): ddp:HOOK (ddp:powersgd:rank=R,start=N[,buckets=ddp]; "
       "ddp:localsgd:period=H,warmup=W: PyTorch's local SGD; "
       "ddp:gradwire-CODEC: DDP with gradwire's hook, the Python module), "
       "ps:UPDATER[:CONSISTENCY], "
