@@ -431,7 +431,7 @@ void DistributedOptimizer::with_synchronized_model(const std::function<void()>& 
     use();
     return;
   }
-  torch::NoGradGuard no_grad;
+  // Copies through detached views: `use` runs in the caller's grad mode.
   m.check_parameters_unchanged();
   std::vector<torch::Tensor> own;
   strategy::FloatSpans params;
