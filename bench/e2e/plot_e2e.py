@@ -207,6 +207,7 @@ def aggregate(rows):
                 # Bytes on the wire until the target, against the floor's: fp32 allreduce
                 # (DDP's allreduce sends the same) to the same target in that round.
                 "wire_vs_allreduce": wire / floor_wire if wire and floor_wire else None,
+                "wire_to_target": wire,
             }
         reached = [s["target"] for s in per_seed.values() if s["target"] is not None]
         summary[key] = {
@@ -272,6 +273,18 @@ def ratio_text(values):
         f"{finite[0]:.2f}x" if finite else "")
     never = len(values) - len(finite)
     return text + (f" (+{never} not reached)" if never else "")
+
+
+def wire_ratio_text(mine, theirs):
+    """Seed by seed, the bytes on the wire to the target against the baseline's in the
+    same round, over the seeds where both reached it ("(2/3)": in 2 of 3)."""
+    seeds = sorted(set(mine) & set(theirs))
+    values = [mine[k]["wire_to_target"] / theirs[k]["wire_to_target"] for k in seeds
+              if mine[k]["wire_to_target"] and theirs[k]["wire_to_target"]]
+    if not values:
+        return ""
+    text = spread(values, ".4f")
+    return text if len(values) == len(seeds) else f"{text} ({len(values)}/{len(seeds)})"
 
 
 def is_ddp_baseline(config):
@@ -443,6 +456,8 @@ def tables_markdown(summary, rows, models, bandwidths, configs):
                            f"training / {vs}'s", "verdict"]
             header.append("bytes per step on the wire")
             header.append(f"on the wire to {metric.target(target)} / fp32 allreduce's")
+            if base:
+                header.append(f"on the wire to {metric.target(target)} / {vs}'s")
             lines.append("| " + " | ".join(header) + " |")
             lines.append("|" + "---|" * len(header))
             rows_here = ([("floor", "`none`, unshaped links (compute floor)", floor)]
@@ -474,6 +489,10 @@ def tables_markdown(summary, rows, models, bandwidths, configs):
                 wire = [x["wire_vs_allreduce"] for x in p.values()
                         if x["wire_vs_allreduce"] is not None]
                 cells.append(spread(wire, ".4f") if wire else "")
+                if base:
+                    cells.append("" if s is floor else "the baseline"
+                                 if s is summary.get((model, bw, base))
+                                 else wire_ratio_text(p, theirs))
                 lines.append("| " + " | ".join(cells) + " |")
             lines.append("")
     failed = [r for r in rows if r["status"] != "ok"]

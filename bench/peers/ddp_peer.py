@@ -36,7 +36,7 @@ ceil(B/W) bytes; the bf16 ring: its chunks), both summed over ranks, as gradwire
 
 --strategy diloco trains the same job without DDP under the Python module's gradwire.DiLoCo
 (what `gradwire train --strategy diloco` runs, from a PyTorch loop), with the trainer's
-flags: --inner-steps, --fragments, --fragment-delay, --outer-lr, --outer-momentum,
+flags: --inner-steps, --fragments, --fragment-delay, --outer-lr, --outer-momentum, --outer-warmup,
 --compressor (the outer codec) and --link-bandwidth (for inner_steps auto). As the trainer,
 it lands the exchange in flight before the clock stops, evaluates the synchronized model
 (every fragment as last merged: what the ranks agree on) and, after finish() at the end,
@@ -504,6 +504,7 @@ def make_diloco(model, optimizer, args):
     return gradwire.DiLoCo(model, optimizer, inner_steps="auto" if h == "auto" else int(h),
                            fragments=args.fragments, delay=args.fragment_delay,
                            outer_lr=args.outer_lr, outer_momentum=args.outer_momentum,
+                           outer_warmup=args.outer_warmup,
                            codec=args.compressor,
                            link_bits_per_s=link_bits_per_s(args.link_bandwidth))
 
@@ -600,6 +601,7 @@ def parse_args(argv):
     p.add_argument("--fragment-delay", type=int, default=0)
     p.add_argument("--outer-lr", type=float, default=0.7)
     p.add_argument("--outer-momentum", type=float, default=0.9)
+    p.add_argument("--outer-warmup", type=int, default=0)
     p.add_argument("--compressor", default="int4", help="diloco: the outer codec")
     p.add_argument("--link-bandwidth", default="1gbit",
                    help="diloco: the link inner_steps auto plans for (tc notation)")

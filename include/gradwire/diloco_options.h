@@ -16,6 +16,9 @@ struct DiLoCoOptions {
   double outer_lr = 0.7;
   double outer_momentum = 0.9;
   bool nesterov = true;
+  // Outer steps over which the outer learning rate ramps up linearly: a fragment's k-th
+  // outer step (k = 0, 1, ...) takes outer_lr min(1, (k + 1) / outer_warmup). 0: none.
+  uint64_t outer_warmup = 0;
   int fragments = 1;   // F
   uint64_t delay = 0;  // tau: at most inner_steps / fragments (auto sets it when streaming)
 };

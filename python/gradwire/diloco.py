@@ -42,6 +42,8 @@ class DiLoCo:
         fragments: F, parts of the model synchronized in turn, one every H / F steps.
         delay: steps an exchange runs while training goes on (at most H / F).
         outer_lr, outer_momentum, nesterov: the outer optimizer (papers: 0.7, 0.9, True).
+        outer_warmup: outer steps over which outer_lr ramps up linearly, per fragment
+            (its k-th outer step takes outer_lr * min(1, (k + 1) / outer_warmup); 0: none).
         codec: the outer gradient's encoding: "none", "fp16", "bf16", "int8", "int4".
         process_group: the ranks; default: a Gloo group of its own over the default
             group's ranks, made here (a collective), so that the program's own collectives
@@ -52,7 +54,8 @@ class DiLoCo:
     """
 
     def __init__(self, model, inner_optimizer, *, inner_steps=100, fragments=1, delay=0,
-                 outer_lr=0.7, outer_momentum=0.9, nesterov=True, codec="int4",
+                 outer_lr=0.7, outer_momentum=0.9, nesterov=True, outer_warmup=0,
+                 codec="int4",
                  process_group=None, link_bits_per_s=1e9, link_latency_s=50e-6,
                  timeout=None):
         if not dist.is_available() or not dist.is_initialized():
@@ -85,7 +88,8 @@ class DiLoCo:
         with torch.no_grad():
             self._impl = _C.DiLoCoModel(
                 codec, int(inner_steps), int(fragments), int(delay), float(outer_lr),
-                float(outer_momentum), bool(nesterov), float(link_bits_per_s),
+                float(outer_momentum), bool(nesterov), int(outer_warmup),
+                float(link_bits_per_s),
                 float(link_latency_s), process_group, store, float(timeout), self._names,
                 self._params, self._buffers())
 

@@ -282,8 +282,9 @@ TEST(E2eTablesTest, EachSeedAgainstItsOwnFloorAndTheBestDdpWithAVerdictFromThree
   // Columns: system, configuration, seeds, a rank's step (empty: these metrics files name
   // no batch), training (s), training / floor, time to 85%, time to
   // 88%, final accuracy, minus the floor's, time to 88% / DDP's, verdict, training / DDP's,
-  // verdict, bytes per step on the wire, bytes on the wire to 88% / the floor's (each fake
-  // run reaches 88% at its third evaluation, step 30, as its floor does: 1).
+  // verdict, bytes per step on the wire, bytes on the wire to 88% / the floor's and / the
+  // best DDP configuration's (each fake run reaches 88% at its third evaluation, step 30,
+  // as its floor and DDP do: 1).
   EXPECT_NE(md.find("### cnn, 100mbit per host: 3 seeds, mean [min, max]; times to a target "
                     "interpolated between evaluations"),
             std::string::npos)
@@ -294,11 +295,15 @@ TEST(E2eTablesTest, EachSeedAgainstItsOwnFloorAndTheBestDdpWithAVerdictFromThree
             "| floor | `none`, unshaped links (compute floor) | 3 |  | 62.0 [60.0, 64.0] "
             "| 1.000 [1.000, 1.000] "
             "| 31.0 [30.0, 32.0] | 41.0 [40.0, 42.0] | 88.50 [88.00, 89.00] |  |  |  |  |  "
-            "| 1,500 | 1.0000 [1.0000, 1.0000] |");
+            "| 1,500 | 1.0000 [1.0000, 1.0000] |  |");
   // The best DDP configuration is the baseline of the ratio columns, not a ratio of 1.
   EXPECT_NE(row_of("ddp | `ddp:fp16`").find("| the baseline |  | the baseline |  |"),
             std::string::npos)
       << md;
+  EXPECT_NE(row_of("ddp | `ddp:fp16`").find("| 1.0000 [1.0000, 1.0000] | the baseline |"),
+            std::string::npos)
+      << md;
+  EXPECT_NE(md.find("on the wire to 88% / `ddp:fp16`'s"), std::string::npos) << md;
   // int8: 75/60, 80/62, 70/64 of the floor; 66/60, 55/62, 50/64 of DDP's time to 88% (one
   // above 1: not resolved); 75/90, 80/93, 70/96 of its training (all below: faster);
   // accuracy +0.6, -0.1, +0.3 points against the floor's.
@@ -307,7 +312,7 @@ TEST(E2eTablesTest, EachSeedAgainstItsOwnFloorAndTheBestDdpWithAVerdictFromThree
             "| 25.0 [20.0, 30.0] "
             "| 57.0 [50.0, 66.0] | 88.77 [88.40, 89.30] | +0.27 [-0.10, +0.60] "
             "| 0.92x [0.78, 1.10] | not resolved | 0.81x [0.73, 0.86] | faster | 1,500 "
-            "| 1.0000 [1.0000, 1.0000] |");
+            "| 1.0000 [1.0000, 1.0000] | 1.0000 [1.0000, 1.0000] |");
   // powersgd: 88% not reached in seed 2 (never faster than a seed that reached it); 100 s
   // of training against 90, 93, 96: slower.
   EXPECT_EQ(row_of("gradwire | `powersgd`"),
@@ -315,7 +320,7 @@ TEST(E2eTablesTest, EachSeedAgainstItsOwnFloorAndTheBestDdpWithAVerdictFromThree
             "| 36.0 [35.0, 37.0] "
             "| 70.0 [70.0, 70.0] (2/3) | 87.10 [87.00, 87.20] | -1.40 [-1.80, -1.00] "
             "| 1.13x [1.09, 1.17] (+1 not reached) | slower | 1.08x [1.04, 1.11] | slower "
-            "| 1,500 | 1.0000 [1.0000, 1.0000] |");
+            "| 1,500 | 1.0000 [1.0000, 1.0000] | 1.0000 [1.0000, 1.0000] (2/3) |");
   std::filesystem::remove_all(dir);
 }
 

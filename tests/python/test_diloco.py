@@ -35,11 +35,11 @@ def inner_step(model, opt, x, y):
 H, STEPS, INNER_LR, OUTER_LR, MU = 3, 9, 0.1, 0.7, 0.9
 
 
-def diloco_worker(rank, world):
+def diloco_worker(rank, world, warmup=0):
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=INNER_LR)
     with gradwire.DiLoCo(model, opt, inner_steps=H, outer_lr=OUTER_LR, outer_momentum=MU,
-                         codec="none") as diloco:
+                         outer_warmup=warmup, codec="none") as diloco:
         for x, y in batches(rank, STEPS):
             inner_step(model, opt, x, y)
             diloco.step()
@@ -47,10 +47,11 @@ def diloco_worker(rank, world):
     return [p.detach().clone() for p in model.parameters()], stats
 
 
-def reference(world):
+def reference(world, warmup=0):
     """Every rank's inner SGD, simulated one after the other; every H steps the outer
     gradient's mean Delta, m <- mu m + Delta, theta_g <- theta_g - lr (Delta + mu m), and
-    every rank restarts from theta_g."""
+    every rank restarts from theta_g; the k-th outer step's lr is OUTER_LR min(1, (k + 1) /
+    warmup) with a warm-up."""
     models = [make_model() for _ in range(world)]
     opts = [torch.optim.SGD(m.parameters(), lr=INNER_LR) for m in models]
     data = [batches(r, STEPS) for r in range(world)]
@@ -61,25 +62,30 @@ def reference(world):
             inner_step(models[r], opts[r], *data[r][step])
             opts[r].step()
         if (step + 1) % H == 0:
+            k_outer = (step + 1) // H - 1
+            lr = OUTER_LR * min(1.0, (k_outer + 1) / warmup) if warmup else OUTER_LR
             with torch.no_grad():
                 for k, g in enumerate(global_params):
                     delta = sum(g - list(m.parameters())[k] for m in models) / world
                     momentum[k] = MU * momentum[k] + delta
-                    g -= OUTER_LR * (delta + MU * momentum[k])
+                    g -= lr * (delta + MU * momentum[k])
                 for m in models:
                     for p, g in zip(m.parameters(), global_params):
                         p.copy_(g)
     return global_params
 
 
-def test_outer_steps_match_the_reference():
-    results = expect_success(run_ranks(2, diloco_worker))
-    want = reference(2)
+@pytest.mark.parametrize("warmup", [0, 3])
+def test_outer_steps_match_the_reference(warmup):
+    results = expect_success(run_ranks(2, diloco_worker, warmup))
+    want = reference(2, warmup)
     for rank, (params, stats) in enumerate(results):
         assert stats["outer_steps"] == STEPS // H, stats
         for k, (got, ref) in enumerate(zip(params, want)):
             # The mean over two ranks in float32, summed in another order than here.
-            assert (got - ref).abs().max().item() <= 1e-6, (rank, k)
+            assert (got - ref).abs().max().item() <= 1e-6, (rank, warmup, k)
+    if warmup:  # the warm-up changed the outcome
+        assert any((a - b).abs().max().item() > 1e-4 for a, b in zip(want, reference(2)))
 
 
 # --- finish() and the synchronized model --------------------------------------------------

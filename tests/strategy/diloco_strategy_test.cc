@@ -87,18 +87,23 @@ std::vector<Model> reference(int world, const DiLoCoOptions& o, uint64_t steps) 
       momentum[f].emplace_back(numels[k], 0.0);
     }
   }
+  std::vector<uint64_t> outer_steps(fragments.size(), 0);  // per fragment, for the warm-up
   int flying = -1;
   uint64_t land_at = 0;
   std::vector<std::vector<std::vector<double>>> sent(static_cast<size_t>(world));
   std::vector<std::vector<double>> mean;
   const auto land = [&] {
     const auto f = static_cast<size_t>(flying);
+    const uint64_t k_outer = outer_steps[f]++;
+    const double lr = o.outer_warmup > 0 && k_outer + 1 < o.outer_warmup
+                          ? o.outer_lr * double(k_outer + 1) / double(o.outer_warmup)
+                          : o.outer_lr;
     for (size_t j = 0; j < fragments[f].size(); ++j) {
       const size_t k = fragments[f][j];
       for (size_t i = 0; i < numels[k]; ++i) {
         const double d = mean[j][i];
         momentum[f][j][i] = o.outer_momentum * momentum[f][j][i] + d;
-        global[f][j][i] -= o.outer_lr * (d + o.outer_momentum * momentum[f][j][i]);
+        global[f][j][i] -= lr * (d + o.outer_momentum * momentum[f][j][i]);
         for (int r = 0; r < world; ++r) {
           float& x = ranks[r][k][i];
           x = static_cast<float>(o.delay > 0 ? global[f][j][i] + (x - sent[r][j][i])
@@ -209,6 +214,30 @@ INSTANTIATE_TEST_SUITE_P(Schedules, DiLoCoReferenceTest,
                          ::testing::Values(ScheduleCase{1, 1, 0}, ScheduleCase{5, 1, 0},
                                            ScheduleCase{6, 3, 0}, ScheduleCase{6, 2, 1},
                                            ScheduleCase{8, 2, 4}, ScheduleCase{5, 1, 5}));
+
+// The outer warm-up: each fragment's k-th outer step takes lr min(1, (k + 1) / W), as the
+// reference's; streaming and not.
+TEST(DiLoCo, OuterWarmUpRampsEachFragmentsRate) {
+  EXPECT_DOUBLE_EQ(outer_lr_at(options(4), 0), 0.7);
+  auto warm = options(4);
+  warm.outer_warmup = 4;
+  EXPECT_DOUBLE_EQ(outer_lr_at(warm, 0), 0.7 * 0.25);
+  EXPECT_DOUBLE_EQ(outer_lr_at(warm, 2), 0.7 * 0.75);
+  EXPECT_DOUBLE_EQ(outer_lr_at(warm, 3), 0.7);
+  EXPECT_DOUBLE_EQ(outer_lr_at(warm, 9), 0.7);
+  for (auto o : {options(4, 1, 0), options(6, 2, 1)}) {
+    o.outer_warmup = 3;
+    const uint64_t steps = 5 * o.inner_steps;
+    const auto want = reference(3, o, steps);
+    const auto got = train(3, o, steps);
+    auto unwarmed = o;
+    unwarmed.outer_warmup = 0;
+    EXPECT_GT(max_difference(reference(3, unwarmed, steps)[0], want[0]), 1e-3);
+    for (int r = 0; r < 3; ++r) {
+      EXPECT_LT(max_difference(got[r], want[r]), 2e-5) << "rank " << r << ", F " << o.fragments;
+    }
+  }
+}
 
 // H = 1, outer rate 1, no momentum: DiLoCo is synchronous SGD (the mean of the ranks' steps
 // from one point is the step on the mean gradient).

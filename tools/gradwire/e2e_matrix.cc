@@ -223,13 +223,14 @@ Config parse_config(const std::string& text) {
       flag("delay", "--fragment-delay", 0);
       flag("outer_lr", "--outer-lr", 0.7);
       flag("outer_momentum", "--outer-momentum", 0.9);
+      flag("outer_warmup", "--outer-warmup", 0);
       c.epochs = static_cast<int>(reader.get_int_in("epochs", 0, 0, 1000));
       reader.finish();
       strategy::canonical_codec(c.codec);
     } catch (const ConfigError& e) {
       throw ConfigError("configuration '" + text + "': " + e.what() +
                         " (diloco:inner_steps=H,fragments=F,delay=TAU,outer_lr=LR,"
-                        "outer_momentum=M,epochs=E/CODEC)");
+                        "outer_momentum=M,outer_warmup=W,epochs=E/CODEC)");
     }
     return c;
   }

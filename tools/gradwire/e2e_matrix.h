@@ -118,7 +118,7 @@ struct Config {
   std::string updater, consistency;  // ps
   std::string gossip_trigger;        // gossip: every, period:K, adaptive (ring topology)
   bool gossip_wait = false;          // gossip-wait:TRIGGER: --gossip-wait
-  // diloco:inner_steps=H,fragments=F,delay=TAU,outer_lr=..,outer_momentum=..,epochs=E
+  // diloco:inner_steps=H,fragments=F,delay=TAU,outer_lr=..,outer_momentum=..,outer_warmup=W,epochs=E
   // [/CODEC]: `gradwire train --strategy diloco` with those flags (H may be auto) and CODEC
   // as the outer gradient's --compressor (none when left out). epochs=E trains E epochs
   // instead of the matrix's (its schedule spans them): local steps trade steps for bytes,

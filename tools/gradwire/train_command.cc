@@ -252,6 +252,10 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--outer-momentum", o.exchange.diloco.outer_momentum,
                   "DiLoCo: outer Nesterov momentum")
       ->capture_default_str();
+  cmd->add_option("--outer-warmup", o.exchange.diloco.outer_warmup,
+                  "DiLoCo: outer steps over which the outer learning rate ramps up linearly "
+                  "(per fragment; 0: none)")
+      ->capture_default_str();
   cmd->add_option("--fragments", o.exchange.diloco.fragments,
                   "DiLoCo: parts of the model, by layer, synchronized in turn over a round "
                   "(Streaming DiLoCo)")

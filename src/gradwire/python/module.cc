@@ -260,27 +260,28 @@ PYBIND11_MODULE(_C, m) {
       });
 
   py::class_<DiLoCoModel, std::shared_ptr<DiLoCoModel>>(m, "DiLoCoModel")
-      .def(
-          py::init([](const std::string& codec, uint64_t inner_steps, int fragments, uint64_t delay,
-                      double outer_lr, double outer_momentum, bool nesterov, double link_bits_per_s,
-                      double link_latency_s, const c10::intrusive_ptr<c10d::ProcessGroup>& group,
-                      const c10::intrusive_ptr<c10d::Store>& store, double timeout_s,
-                      std::vector<std::string> names, const std::vector<at::Tensor>& params,
-                      const std::vector<at::Tensor>& buffers) {
-            strategy::diloco::DiLoCoOptions o;
-            o.codec = codec;
-            o.inner_steps = inner_steps;
-            o.fragments = fragments;
-            o.delay = delay;
-            o.outer_lr = outer_lr;
-            o.outer_momentum = outer_momentum;
-            o.nesterov = nesterov;
-            if (!(link_bits_per_s > 0)) throw ConfigError("link_bits_per_s must be positive");
-            o.link = comm::LinkModel::from_bandwidth(link_latency_s, link_bits_per_s);
-            return std::make_shared<DiLoCoModel>(collectives_over(group, store, timeout_s),
-                                                 std::move(o), std::move(names), params, buffers);
-          }),
-          py::call_guard<py::gil_scoped_release>())
+      .def(py::init([](const std::string& codec, uint64_t inner_steps, int fragments,
+                       uint64_t delay, double outer_lr, double outer_momentum, bool nesterov,
+                       uint64_t outer_warmup, double link_bits_per_s, double link_latency_s,
+                       const c10::intrusive_ptr<c10d::ProcessGroup>& group,
+                       const c10::intrusive_ptr<c10d::Store>& store, double timeout_s,
+                       std::vector<std::string> names, const std::vector<at::Tensor>& params,
+                       const std::vector<at::Tensor>& buffers) {
+             strategy::diloco::DiLoCoOptions o;
+             o.codec = codec;
+             o.inner_steps = inner_steps;
+             o.fragments = fragments;
+             o.delay = delay;
+             o.outer_lr = outer_lr;
+             o.outer_momentum = outer_momentum;
+             o.nesterov = nesterov;
+             o.outer_warmup = outer_warmup;
+             if (!(link_bits_per_s > 0)) throw ConfigError("link_bits_per_s must be positive");
+             o.link = comm::LinkModel::from_bandwidth(link_latency_s, link_bits_per_s);
+             return std::make_shared<DiLoCoModel>(collectives_over(group, store, timeout_s),
+                                                  std::move(o), std::move(names), params, buffers);
+           }),
+           py::call_guard<py::gil_scoped_release>())
       .def("after_step", &DiLoCoModel::after_step, py::call_guard<py::gil_scoped_release>())
       .def("finish", &DiLoCoModel::finish, py::call_guard<py::gil_scoped_release>())
       .def("global_parameters", &DiLoCoModel::global_parameters,

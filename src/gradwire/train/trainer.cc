@@ -356,6 +356,7 @@ TrainResult run_training(const TrainOptions& given, std::shared_ptr<Context> con
         {"inner_steps", d->inner_steps},
         {"outer_lr", options.exchange.diloco.outer_lr},
         {"outer_momentum", options.exchange.diloco.outer_momentum},
+        {"outer_warmup", options.exchange.diloco.outer_warmup},
         {"delay", d->delay},
         {"fragments", d->fragments},
         {"outer_steps", d->outer_steps},

@@ -27,6 +27,11 @@ std::string number(double v) {
 
 }  // namespace
 
+double outer_lr_at(const gradwire::DiLoCoOptions& o, uint64_t k) {
+  if (o.outer_warmup == 0 || k + 1 >= o.outer_warmup) return o.outer_lr;
+  return o.outer_lr * static_cast<double>(k + 1) / static_cast<double>(o.outer_warmup);
+}
+
 void DiLoCoOptions::check() const {
   if (!(outer_lr > 0) || !std::isfinite(outer_lr)) {
     throw ConfigError("DiLoCo: the outer learning rate must be positive, not " + number(outer_lr));
@@ -52,6 +57,7 @@ std::vector<std::string> DiLoCoOptions::lines() const {
   return {"inner steps " + (inner_steps ? std::to_string(inner_steps) : std::string("auto")),
           "outer lr " + number(outer_lr),
           "outer momentum " + number(outer_momentum) + (nesterov ? " nesterov" : ""),
+          "outer warm-up " + std::to_string(outer_warmup),
           "fragments " + std::to_string(fragments),
           "delay " + std::to_string(delay),
           "link " + number(link.alpha_s) + " s, " + number(link.beta_s_per_byte) + " s/byte"};
@@ -200,7 +206,9 @@ void DiLoCoStrategy::land(const FloatSpans& params) {
     p.fragment = -1;
     check_not_failed();
   }
-  const auto lr = static_cast<float>(options_.outer_lr);
+  // Fragments land in turn (0, 1, ..., F - 1, 0, ...): this is the fragment's k-th.
+  const uint64_t k = exchanges_ / static_cast<uint64_t>(schedule_.fragments);
+  const auto lr = static_cast<float>(outer_lr_at(options_, k));
   const auto mu = static_cast<float>(options_.outer_momentum);
   for (size_t i = 0; i < f.numel; ++i) {
     const float d = p.delta[i];

@@ -8,6 +8,7 @@
 //   outer gradient   Delta = mean over the ranks of (theta_g - theta)   (OuterExchange)
 //   outer momentum   m <- mu m + Delta
 //   outer step       theta_g <- theta_g - lr_out (Delta + mu m)          (Nesterov; m without)
+//                    (lr_out ramped up over the fragment's first outer_warmup steps)
 //   merge            theta <- theta_g + (theta - theta_sent)
 // where theta_sent is theta when the exchange was sent: with a delay tau > 0 the exchange
 // runs on the exchange thread while tau more inner steps go on, and the merge keeps what
@@ -55,6 +56,10 @@ struct DiLoCoOptions : gradwire::DiLoCoOptions {
   // One line per option, for the ranks' agreement.
   std::vector<std::string> lines() const;
 };
+
+// The outer learning rate of a fragment's k-th outer step (k = 0, 1, ...): outer_lr, ramped
+// up linearly over the first outer_warmup steps.
+double outer_lr_at(const gradwire::DiLoCoOptions& options, uint64_t k);
 
 // What the outer loop did (DistributedOptimizer::diloco_summary()).
 struct DiLoCoStats {
