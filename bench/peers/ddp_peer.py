@@ -36,11 +36,11 @@ ceil(B/W) bytes; the bf16 ring: its chunks), both summed over ranks, as gradwire
 
 --strategy diloco trains the same job without DDP under the Python module's gradwire.DiLoCo
 (what `gradwire train --strategy diloco` runs, from a PyTorch loop), with the trainer's
-flags: --inner-steps, --fragments, --fragment-delay, --outer-lr, --outer-momentum, --outer-warmup,
---compressor (the outer codec) and --link-bandwidth (for inner_steps auto). As the trainer,
-it lands the exchange in flight before the clock stops, evaluates the synchronized model
-(every fragment as last merged: what the ranks agree on) and, after finish() at the end,
-the model every rank holds.
+flags: --inner-steps, --fragments, --fragment-delay, --outer-lr, --outer-momentum,
+--outer-warmup, --compressor (the outer codec) and --link-bandwidth (for inner_steps auto).
+As the trainer, it lands the exchange in flight before the clock stops, evaluates the
+synchronized model (every fragment as last merged: what the ranks agree on) and, after
+finish() at the end, the model every rank holds.
 
 --hook localsgd is PyTorch's own local SGD (post_localSGD_hook, PostLocalSGDOptimizer,
 PeriodicModelAverager: local_updates.py): gradients allreduced for --localsgd-warmup steps,

@@ -55,9 +55,8 @@ class DiLoCo:
 
     def __init__(self, model, inner_optimizer, *, inner_steps=100, fragments=1, delay=0,
                  outer_lr=0.7, outer_momentum=0.9, nesterov=True, outer_warmup=0,
-                 codec="int4",
-                 process_group=None, link_bits_per_s=1e9, link_latency_s=50e-6,
-                 timeout=None):
+                 codec="int4", process_group=None, link_bits_per_s=1e9,
+                 link_latency_s=50e-6, timeout=None):
         if not dist.is_available() or not dist.is_initialized():
             raise _C.ConfigError(
                 "gradwire.DiLoCo needs torch.distributed initialized "
@@ -89,8 +88,7 @@ class DiLoCo:
             self._impl = _C.DiLoCoModel(
                 codec, int(inner_steps), int(fragments), int(delay), float(outer_lr),
                 float(outer_momentum), bool(nesterov), int(outer_warmup),
-                float(link_bits_per_s),
-                float(link_latency_s), process_group, store, float(timeout), self._names,
+                float(link_bits_per_s), float(link_latency_s), process_group, store, float(timeout), self._names,
                 self._params, self._buffers())
 
     def _buffers(self):
