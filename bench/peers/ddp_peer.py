@@ -500,13 +500,15 @@ def link_bits_per_s(text):
 def make_diloco(model, optimizer, args):
     """--strategy diloco: gradwire.DiLoCo over the model, with the trainer's flags."""
     gradwire = import_gradwire()
-    h = args.inner_steps
-    return gradwire.DiLoCo(model, optimizer, inner_steps="auto" if h == "auto" else int(h),
-                           fragments=args.fragments, delay=args.fragment_delay,
-                           outer_lr=args.outer_lr, outer_momentum=args.outer_momentum,
-                           outer_warmup=args.outer_warmup,
-                           codec=args.compressor,
-                           link_bits_per_s=link_bits_per_s(args.link_bandwidth))
+    given = {"inner_steps": args.inner_steps, "fragments": args.fragments,
+             "delay": args.fragment_delay, "outer_lr": args.outer_lr,
+             "outer_momentum": args.outer_momentum, "outer_warmup": args.outer_warmup,
+             "codec": args.compressor}
+    options = {k: v for k, v in given.items() if v is not None}
+    if options.get("inner_steps", "auto") != "auto":
+        options["inner_steps"] = int(options["inner_steps"])
+    return gradwire.DiLoCo(model, optimizer, link_bits_per_s=link_bits_per_s(args.link_bandwidth),
+                           **options)
 
 
 def register_hook(ddp, optimizer, args, total_steps, counter):
@@ -596,13 +598,14 @@ def parse_args(argv):
                    help="with --hook gradwire: gradwire's first bucket (first_bucket_mb)")
     p.add_argument("--strategy", choices=["ddp", "diloco"], default="ddp",
                    help="diloco: gradwire.DiLoCo instead of DDP (the Python module)")
-    p.add_argument("--inner-steps", default="100", help="diloco: H, or auto")
-    p.add_argument("--fragments", type=int, default=1)
-    p.add_argument("--fragment-delay", type=int, default=0)
-    p.add_argument("--outer-lr", type=float, default=0.7)
-    p.add_argument("--outer-momentum", type=float, default=0.9)
-    p.add_argument("--outer-warmup", type=int, default=0)
-    p.add_argument("--compressor", default="int4", help="diloco: the outer codec")
+    # diloco's flags left out keep gradwire.DiLoCo's defaults (the trainer's).
+    p.add_argument("--inner-steps", help="diloco: H, or auto")
+    p.add_argument("--fragments", type=int)
+    p.add_argument("--fragment-delay", type=int)
+    p.add_argument("--outer-lr", type=float)
+    p.add_argument("--outer-momentum", type=float)
+    p.add_argument("--outer-warmup", type=int)
+    p.add_argument("--compressor", help="diloco: the outer codec")
     p.add_argument("--link-bandwidth", default="1gbit",
                    help="diloco: the link inner_steps auto plans for (tc notation)")
     p.add_argument("--model", default="cnn")
@@ -693,7 +696,8 @@ def main(argv):
     if args.strategy == "diloco":
         diloco = make_diloco(model, optimizer, args)
         counter.gradwire = diloco
-        codec = f"python:diloco/{args.compressor}"
+        outer_codec = args.compressor or import_gradwire()._C.DILOCO_DEFAULTS["codec"]
+        codec = f"python:diloco/{outer_codec}"
     elif args.hook == "localsgd":
         local_sgd = local_updates.LocalSGD(ddp, model, optimizer, args.localsgd_period,
                                            args.localsgd_warmup, counter)

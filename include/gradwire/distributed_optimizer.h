@@ -228,7 +228,8 @@ struct DistributedOptions {
   std::string strategy = "allreduce";  // "allreduce", "ps", "gossip" or "diloco"
   // A codec spec ("topk:density=0.01"), a layer policy ("conv=...,fc=..."), or an adaptive
   // codec: "auto" measures none, fp16, int8 and PowerSGD in this job and picks (docs/CODECS.md).
-  // Empty (the default): "auto" for allreduce, "none" for ps, gossip and diloco. auto's choice
+  // Empty (the default): "auto" for allreduce, "int4" for diloco (its outer gradients; what
+  // its tuning chose), "none" for ps and gossip. auto's choice
   // rests on measured step times, so two runs of one job may pick differently; a fixed
   // codec ("none") repeats a run bit for bit.
   std::string compressor;

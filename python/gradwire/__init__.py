@@ -6,8 +6,9 @@ Two ways in, each a couple of lines in a plain PyTorch program:
     state, hook = gradwire.ddp.hook("int8")
     model.register_comm_hook(state, hook)
 
-    # DiLoCo: local steps, an outer step every inner_steps, 4-bit outer gradients
-    with gradwire.DiLoCo(model, optimizer, inner_steps=50, codec="int4") as diloco:
+    # DiLoCo: local steps, the model averaged every inner_steps (auto: chosen for the
+    # link), in two streamed fragments of 4-bit outer gradients
+    with gradwire.DiLoCo(model, optimizer, link_bits_per_s=10e6) as diloco:
         ...                                                   # diloco.step() for optimizer.step()
 
 Every failure gradwire reports is a gradwire.Error (a RuntimeError): ConfigError (a bad

@@ -2,7 +2,7 @@
 outer gradients (docs/ALGORITHMS.md, "DiLoCo"), the algorithm of `--strategy diloco`.
 
     with gradwire.DiLoCo(model, torch.optim.AdamW(model.parameters(), lr=1e-3),
-                         inner_steps=50, fragments=2, delay=5, codec="int4") as diloco:
+                         link_bits_per_s=10e6) as diloco:  # H chosen for a 10 Mbit/s link
         for x, y in loader:
             diloco.zero_grad()
             loss_fn(model(x), y).backward()
@@ -27,6 +27,10 @@ from gradwire import _C
 
 __all__ = ["DiLoCo"]
 
+# `gradwire train --strategy diloco`'s defaults (include/gradwire/diloco_options.h): auto H,
+# two fragments, the ranks' mean model as the outer step (rate 1, no momentum), int4.
+_DEFAULTS = _C.DILOCO_DEFAULTS
+
 _log = logging.getLogger("gradwire.diloco")
 _group_numbers = itertools.count()
 
@@ -36,12 +40,14 @@ class DiLoCo:
         model: the torch.nn.Module every rank trains (float32, CPU); its parameters start
             as rank 0's.
         inner_optimizer: the optimizer over the model's parameters (AdamW in the papers).
-        inner_steps: H, inner steps per round, or "auto": gradwire times the first steps
-            and picks the smallest H whose exchanges hide under the inner steps (with
-            fragments or a delay) over a link of `link_bits_per_s`.
+        inner_steps: H, inner steps per round, or "auto" (the default): gradwire times the
+            first steps and picks the smallest H whose exchanges hide under the inner steps
+            (with fragments or a delay) over a link of `link_bits_per_s`.
         fragments: F, parts of the model synchronized in turn, one every H / F steps.
         delay: steps an exchange runs while training goes on (at most H / F).
-        outer_lr, outer_momentum, nesterov: the outer optimizer (papers: 0.7, 0.9, True).
+        outer_lr, outer_momentum, nesterov: the outer optimizer. The defaults, 1 and 0, set
+            the synchronized model to the ranks' mean (periodic model averaging), which
+            gradwire's tuning found better than the papers' Nesterov 0.7/0.9 at 4 ranks.
         outer_warmup: outer steps over which outer_lr ramps up linearly, per fragment
             (its k-th outer step takes outer_lr * min(1, (k + 1) / outer_warmup); 0: none).
         codec: the outer gradient's encoding: "none", "fp16", "bf16", "int8", "int4".
@@ -53,9 +59,11 @@ class DiLoCo:
         timeout: seconds any exchange may take (default GRADWIRE_TIMEOUT, else 300).
     """
 
-    def __init__(self, model, inner_optimizer, *, inner_steps=100, fragments=1, delay=0,
-                 outer_lr=0.7, outer_momentum=0.9, nesterov=True, outer_warmup=0,
-                 codec="int4", process_group=None, link_bits_per_s=1e9,
+    def __init__(self, model, inner_optimizer, *, inner_steps=_DEFAULTS["inner_steps"],
+                 fragments=_DEFAULTS["fragments"], delay=_DEFAULTS["delay"],
+                 outer_lr=_DEFAULTS["outer_lr"], outer_momentum=_DEFAULTS["outer_momentum"],
+                 nesterov=_DEFAULTS["nesterov"], outer_warmup=_DEFAULTS["outer_warmup"],
+                 codec=_DEFAULTS["codec"], process_group=None, link_bits_per_s=1e9,
                  link_latency_s=50e-6, timeout=None):
         if not dist.is_available() or not dist.is_initialized():
             raise _C.ConfigError(

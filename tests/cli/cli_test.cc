@@ -178,12 +178,13 @@ TEST(CliTest, DiLoCoTrainsAndEndsWithOneModel) {
 // differ.
 TEST(CliTest, DiLoCoEvaluatesTheSynchronizedModelBetweenRounds) {
   const std::string metrics = temp_path("diloco_eval.jsonl");
-  const auto r = run(std::string(GRADWIRE_CLI) +
-                         " train --workers 2 --strategy diloco --inner-steps 12 --outer-lr 1"
-                         " --outer-momentum 0 --epochs 1 --batch-size 32 --train-limit 2048"
-                         " --test-limit 1000 --eval-every 4 --progress none --metrics " +
-                         metrics,
-                     300);
+  const auto r =
+      run(std::string(GRADWIRE_CLI) +
+              " train --workers 2 --strategy diloco --inner-steps 12 --fragments 1 --outer-lr 1"
+              " --outer-momentum 0 --epochs 1 --batch-size 32 --train-limit 2048"
+              " --test-limit 1000 --eval-every 4 --progress none --metrics " +
+              metrics,
+          300);
   ASSERT_EQ(r.status, 0) << r.output;
   gradwire::testing::expect_one_score_per_round(gradwire::testing::evaluations_by_step(metrics),
                                                 {{4, 8}, {12, 16, 20}, {24, 28}});

@@ -2,6 +2,7 @@
 definition (docs/ALGORITHMS.md, DiLoCo), one model on every rank after finish(), an exact
 resume from a checkpoint taken while an exchange is in flight (waiting for the exchanges
 after the resume), and its errors."""
+import inspect
 import io
 
 import pytest
@@ -38,8 +39,8 @@ H, STEPS, INNER_LR, OUTER_LR, MU = 3, 9, 0.1, 0.7, 0.9
 def diloco_worker(rank, world, warmup=0):
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=INNER_LR)
-    with gradwire.DiLoCo(model, opt, inner_steps=H, outer_lr=OUTER_LR, outer_momentum=MU,
-                         outer_warmup=warmup, codec="none") as diloco:
+    with gradwire.DiLoCo(model, opt, inner_steps=H, fragments=1, outer_lr=OUTER_LR,
+                         outer_momentum=MU, outer_warmup=warmup, codec="none") as diloco:
         for x, y in batches(rank, STEPS):
             inner_step(model, opt, x, y)
             diloco.step()
@@ -157,6 +158,19 @@ def test_resume_mid_exchange_equals_the_uninterrupted_run():
             assert torch.equal(x, y), (rank, k, (x - y).abs().max().item())
 
 
+# --- the defaults ---------------------------------------------------------------------------
+
+def test_the_defaults_are_the_trainers_tuned_setting():
+    """gradwire.DiLoCo takes `gradwire train --strategy diloco`'s defaults from the C++
+    options (one definition): auto H, two fragments, plain averaging, int4."""
+    defaults = {name: p.default for name, p in
+                inspect.signature(gradwire.DiLoCo.__init__).parameters.items()}
+    assert defaults["inner_steps"] == "auto"
+    assert defaults["fragments"] == 2 and defaults["delay"] == 0
+    assert defaults["outer_lr"] == 1.0 and defaults["outer_momentum"] == 0.0
+    assert defaults["outer_warmup"] == 0 and defaults["codec"] == "int4"
+
+
 # --- errors --------------------------------------------------------------------------------
 
 def errors_worker(rank, world):
@@ -184,7 +198,8 @@ def test_bad_options_raise_named_errors_on_every_rank():
 def dead_peer_worker(rank, world, timeout):
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=0.1)
-    diloco = gradwire.DiLoCo(model, opt, inner_steps=2, codec="int8", timeout=timeout)
+    diloco = gradwire.DiLoCo(model, opt, inner_steps=2, fragments=1, codec="int8",
+                             timeout=timeout)
     data = batches(rank, 8)
 
     def step(i):

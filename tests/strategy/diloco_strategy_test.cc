@@ -67,6 +67,9 @@ DiLoCoOptions options(uint64_t h, int fragments = 1, uint64_t delay = 0,
   o.inner_steps = h;
   o.fragments = fragments;
   o.delay = delay;
+  o.outer_lr = 0.7;        // the papers' Nesterov step, not the defaults' plain average: the
+  o.outer_momentum = 0.9;  // reference checks the momentum's path too
+  o.nesterov = true;
   return o;
 }
 

@@ -33,6 +33,8 @@ DistributedOptions diloco(uint64_t h, int fragments = 1, uint64_t delay = 0,
   o.diloco.inner_steps = h;
   o.diloco.fragments = fragments;
   o.diloco.delay = delay;
+  o.diloco.outer_lr = 0.7;  // the reference's Nesterov step (the defaults average plainly)
+  o.diloco.outer_momentum = 0.9;
   return o;
 }
 

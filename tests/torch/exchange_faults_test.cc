@@ -260,6 +260,7 @@ DistributedOptions diloco_options(const std::string& codec, uint64_t delay) {
   o.strategy = "diloco";
   o.compressor = codec;
   o.diloco.inner_steps = 3;
+  o.diloco.fragments = 1;  // one exchange a round, at step 3
   o.diloco.delay = delay;
   return o;
 }

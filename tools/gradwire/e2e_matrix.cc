@@ -9,6 +9,7 @@
 
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
+#include "gradwire/diloco_options.h"
 #include "gradwire/strategy/gossip/trigger.h"
 #include "gradwire/strategy/ps/job.h"
 #include "gradwire/strategy/ps/updater.h"
@@ -209,7 +210,10 @@ Config parse_config(const std::string& text) {
       if (spec.name != "diloco") throw ConfigError("not a diloco configuration");
       c.diloco_flags = {"--strategy", "diloco"};
       SpecReader reader(spec, "diloco configuration");
-      const std::string h = reader.get_string("inner_steps", "100");
+      // A key left out keeps `gradwire train`'s default (DiLoCoOptions).
+      const DiLoCoOptions defaults;
+      const std::string h = reader.get_string(
+          "inner_steps", defaults.inner_steps ? std::to_string(defaults.inner_steps) : "auto");
       if (h != "auto" && !(std::strtoll(h.c_str(), nullptr, 10) > 0 &&
                            h.find_first_not_of("0123456789") == std::string::npos)) {
         throw ConfigError("inner_steps must be a positive number or auto, not '" + h + "'");
@@ -219,11 +223,11 @@ Config parse_config(const std::string& text) {
         const double v = reader.get_double(key, fallback);
         c.diloco_flags.insert(c.diloco_flags.end(), {name, number(v)});
       };
-      flag("fragments", "--fragments", 1);
-      flag("delay", "--fragment-delay", 0);
-      flag("outer_lr", "--outer-lr", 0.7);
-      flag("outer_momentum", "--outer-momentum", 0.9);
-      flag("outer_warmup", "--outer-warmup", 0);
+      flag("fragments", "--fragments", defaults.fragments);
+      flag("delay", "--fragment-delay", static_cast<double>(defaults.delay));
+      flag("outer_lr", "--outer-lr", defaults.outer_lr);
+      flag("outer_momentum", "--outer-momentum", defaults.outer_momentum);
+      flag("outer_warmup", "--outer-warmup", static_cast<double>(defaults.outer_warmup));
       c.epochs = static_cast<int>(reader.get_int_in("epochs", 0, 0, 1000));
       reader.finish();
       strategy::canonical_codec(c.codec);

@@ -246,11 +246,12 @@ void add_train_command(CLI::App& app, int& exit_code) {
       },
       "DiLoCo: inner steps H between outer steps, or auto: the smallest H whose exchanges "
       "hide under the inner steps over --link-bandwidth (with --fragments > 1; it sets "
-      "--fragment-delay too), else whose exchange costs at most 5% of a round (default 100)");
+      "--fragment-delay too), else whose exchange costs at most 5% of a round (default auto)");
   cmd->add_option("--outer-lr", o.exchange.diloco.outer_lr, "DiLoCo: outer learning rate")
       ->capture_default_str();
   cmd->add_option("--outer-momentum", o.exchange.diloco.outer_momentum,
-                  "DiLoCo: outer Nesterov momentum")
+                  "DiLoCo: outer Nesterov momentum (0 with --outer-lr 1: the ranks' mean "
+                  "model; the papers: 0.9 with 0.7)")
       ->capture_default_str();
   cmd->add_option("--outer-warmup", o.exchange.diloco.outer_warmup,
                   "DiLoCo: outer steps over which the outer learning rate ramps up linearly "
@@ -268,8 +269,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "Codec spec (none, fp16, int8, topk:density=0.01, powersgd:rank=2, ...), a "
                   "layer policy (conv=...,fc=...,other=...), or an adaptive codec: auto "
                   "(measures none, fp16, int8 and PowerSGD and picks), accordion "
-                  "(docs/CODECS.md). Default: auto for allreduce, none for ps, gossip and diloco "
-                  "(diloco: the outer gradient's codec: none, fp16, bf16, int8 or int4)");
+                  "(docs/CODECS.md). Default: auto for allreduce, none for ps and gossip, int4 for "
+                  "diloco (the outer gradient's codec: none, fp16, bf16, int8 or int4)");
   cmd->add_option_function<double>(
       "--bucket-mb",
       [&o](double mb) {

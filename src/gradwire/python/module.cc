@@ -259,6 +259,22 @@ PYBIND11_MODULE(_C, m) {
         hook.load_state(from_py_bytes(state));
       });
 
+  // gradwire.DiLoCo's defaults: `gradwire train`'s (diloco_options.h), one definition.
+  {
+    const gradwire::DiLoCoOptions d;
+    py::dict defaults;
+    defaults["inner_steps"] =
+        d.inner_steps == 0 ? py::object(py::str("auto")) : py::object(py::int_(d.inner_steps));
+    defaults["fragments"] = d.fragments;
+    defaults["delay"] = d.delay;
+    defaults["outer_lr"] = d.outer_lr;
+    defaults["outer_momentum"] = d.outer_momentum;
+    defaults["nesterov"] = d.nesterov;
+    defaults["outer_warmup"] = d.outer_warmup;
+    defaults["codec"] = strategy::codec_or_default("", "diloco");
+    m.attr("DILOCO_DEFAULTS") = defaults;
+  }
+
   py::class_<DiLoCoModel, std::shared_ptr<DiLoCoModel>>(m, "DiLoCoModel")
       .def(py::init([](const std::string& codec, uint64_t inner_steps, int fragments,
                        uint64_t delay, double outer_lr, double outer_momentum, bool nesterov,

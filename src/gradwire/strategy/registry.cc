@@ -14,7 +14,8 @@ std::vector<std::string> strategy_names() { return {"allreduce", "ps", "gossip",
 
 std::string codec_or_default(const std::string& codec, const std::string& strategy) {
   if (!codec.empty()) return codec;
-  return strategy == "allreduce" ? "auto" : "none";
+  if (strategy == "allreduce") return "auto";
+  return strategy == "diloco" ? "int4" : "none";
 }
 
 bool is_adaptive_codec(const std::string& codec) { return AdaptiveOptions::matches(codec); }

@@ -26,7 +26,7 @@ std::vector<std::string> strategy_names();
 
 // `codec`, or when it is empty the strategy's default: "auto" for allreduce (it measures
 // the plans in the job and picks, ALGORITHMS.md 9; where the link is fast it keeps fp32),
-// "none" for ps, gossip and diloco, which run fixed codecs.
+// "int4" for diloco's outer gradients (its tuning's choice), "none" for ps and gossip.
 std::string codec_or_default(const std::string& codec, const std::string& strategy);
 
 // The codec for a job whose optimizer scales each coordinate by statistics of its own

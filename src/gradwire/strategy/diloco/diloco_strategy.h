@@ -13,8 +13,8 @@
 // where theta_sent is theta when the exchange was sent: with a delay tau > 0 the exchange
 // runs on the exchange thread while tau more inner steps go on, and the merge keeps what
 // those steps did locally (the next round's outer gradient carries it to the others); with
-// tau = 0, theta <- theta_g and every rank holds the same fragment. The defaults are the
-// papers': lr_out 0.7, mu 0.9, Nesterov.
+// tau = 0, theta <- theta_g and every rank holds the same fragment. The papers set lr_out
+// 0.7, mu 0.9, Nesterov; the defaults (diloco_options.h) average plainly: lr_out 1, mu 0.
 //
 // `inner_steps` 0 (auto): the first kProbeSteps steps are timed, the ranks agree on the
 // slowest rank's median step time t (one allreduce-max), and with T the predicted time of
