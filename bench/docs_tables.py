@@ -20,8 +20,10 @@ What is generated, and from what:
       @verdicts FOLDER        per gradwire configuration and table: its training time over
                               the compute floor, and its training time and times to the
                               steep and the plateau accuracy against the best DDP
-                              configuration of the table and against DDP fp16, seed by
-                              seed, each with its verdict (3 seeds or more)
+                              configuration of the table and against DDP fp16, PyTorch's
+                              local SGD (ddp:localsgd) and the best of DDP's per-step
+                              hooks where the table has them,
+                              seed by seed, each with its verdict (3 seeds or more)
       @plots FOLDER           FOLDER's accuracy-against-time and time-to-target plots
       @file FOLDER/FILE       the file's text: as generated above (GENERATORS), else as
                               committed
@@ -141,8 +143,14 @@ def verdict_lines(folder):
             best = plot_e2e.best_ddp(summary, model, bw, results.configs)
             if not best:
                 continue
-            bases = [best] + [c for c in ("ddp:fp16",) if c != best
-                              and (model, bw, c) in summary]
+            # DDP fp16, PyTorch's local SGD (the same job as DiLoCo's) and, where local
+            # SGD is the best, the best of DDP's per-step hooks are compared with as well,
+            # where the table has them.
+            per_step = plot_e2e.best_ddp(summary, model, bw, [
+                c for c in results.configs if not c.startswith("ddp:localsgd")])
+            bases = [best] + [c for c in results.configs if c != best
+                              and (model, bw, c) in summary
+                              and (c in ("ddp:fp16", per_step) or c.startswith("ddp:localsgd"))]
             target, steep, metric = (summary[(model, bw, best)][k]
                                      for k in ("target", "steep", "metric"))
             lines.append(f"- {model}, {bw}: the best DDP configuration (reaching "
