@@ -180,7 +180,8 @@ TEST(E2eMatrixTest, DiLoCoConfigurationsBecomeTrainFlags) {
   const auto last_epochs = std::find(cmd.rbegin(), cmd.rend(), "--epochs");
   ASSERT_NE(last_epochs, cmd.rend());
   EXPECT_EQ(*(last_epochs - 1), "2");
-  EXPECT_EQ(e2e::parse_config("diloco:inner_steps=auto").codec, "none");
+  // No /CODEC: the trainer's default outer codec, as `gradwire train --strategy diloco`.
+  EXPECT_EQ(e2e::parse_config("diloco:inner_steps=auto").codec, "int4");
   for (const char* bad : {"diloco:inner_steps=0", "diloco:h=5", "diloco:inner_steps=5/nope"}) {
     try {
       e2e::parse_config(bad);

@@ -204,7 +204,9 @@ Config parse_config(const std::string& text) {
   }
   if (text.rfind("diloco", 0) == 0) {
     const auto slash = text.find('/');
-    c.codec = slash == std::string::npos ? "none" : text.substr(slash + 1);
+    // No /CODEC: `gradwire train --strategy diloco`'s default outer codec.
+    c.codec = strategy::codec_or_default(slash == std::string::npos ? "" : text.substr(slash + 1),
+                                         "diloco");
     try {
       const Spec spec = Spec::parse(text.substr(0, slash));
       if (spec.name != "diloco") throw ConfigError("not a diloco configuration");
