@@ -58,6 +58,73 @@ TEST(PowerSgdTest, AMatrixThatCompressesTooLittleGoesDense) {
   EXPECT_EQ(create_codec("powersgd:rank=2,min_rate=1.875", kMatrix)->low_rank(), nullptr);
 }
 
+// Orthonormal vectors of length n: the DCT-II basis, u_k[i] = cos(pi (i + 1/2) k / n).
+std::vector<float> dct_vector(size_t n, size_t k) {
+  std::vector<float> u(n);
+  double norm = 0;
+  for (size_t i = 0; i < n; ++i) {
+    u[i] = static_cast<float>(std::cos(M_PI * (double(i) + 0.5) * double(k) / double(n)));
+    norm += double(u[i]) * u[i];
+  }
+  for (float& v : u) v = static_cast<float>(v / std::sqrt(norm));
+  return u;
+}
+
+// sum_k s_k u_k v_k^T (rows x cols, row-major), with u_k, v_k DCT vectors 1, 2, ...
+std::vector<float> with_singular_values(size_t rows, size_t cols, const std::vector<double>& s) {
+  std::vector<float> m(rows * cols, 0.0f);
+  for (size_t k = 0; k < s.size(); ++k) {
+    const auto u = dct_vector(rows, k + 1), v = dct_vector(cols, k + 1);
+    for (size_t i = 0; i < rows; ++i) {
+      for (size_t j = 0; j < cols; ++j) m[i * cols + j] += static_cast<float>(s[k] * u[i] * v[j]);
+    }
+  }
+  return m;
+}
+
+// A gradient whose singular values span four decades, as a layer's late in training under
+// clipping: warm-started PowerSGD of its rank sends every direction, the weakest too (its
+// singular value within 1%). Q is orthonormalised before P = MQ, as DDP's hook does:
+// without it P = M M^T P has columns of norm sigma_i^2 (1e-4 to 1e-12 here), the weak ones
+// lost to fp32 rounding beside the strong, and an absolute epsilon in the normalisation
+// (1e-8 there before) shrinks them further.
+TEST(PowerSgdTest, WarmStartKeepsADirectionFourDecadesBelowTheStrongest) {
+  const size_t rows = 32, cols = 40;
+  const std::vector<double> s{1e-2, 1e-4, 1e-5, 1e-6};
+  const auto m = with_singular_values(rows, cols, s);
+  auto codec = create_codec("powersgd:rank=4,ef=0", {"fc.weight", {32, 40}, LayerKind::kFcWeight});
+  std::vector<float> decoded;
+  for (int step = 0; step < 4; ++step) {
+    decoded = testing::decode(*codec, testing::encode(*codec, m), rows * cols);
+  }
+  for (size_t k = 0; k < s.size(); ++k) {
+    const auto u = dct_vector(rows, k + 1), v = dct_vector(cols, k + 1);
+    double got = 0;
+    for (size_t i = 0; i < rows; ++i) {
+      for (size_t j = 0; j < cols; ++j) got += double(u[i]) * decoded[i * cols + j] * v[j];
+    }
+    EXPECT_NEAR(got, s[k], 0.01 * s[k]) << "singular value " << k;
+  }
+}
+
+// Orthonormalisation without an epsilon: a column of P that vanishes becomes zero, so a
+// zero gradient decodes to zeros (not NaN) and one of lower rank than the codec's is sent
+// exactly; and a Q that a zero gradient zeroed restarts, so the gradients after it are
+// sent again (not zero for ever, as a warm start from Q = 0 would leave them).
+TEST(PowerSgdTest, AGradientOfLowerRankThanTheCodecsIsSentExactly) {
+  const TensorInfo info{"fc.weight", {32, 40}, LayerKind::kFcWeight};
+  const auto m = with_singular_values(32, 40, {1.0, 0.5});  // rank 2 of 4
+  auto codec = create_codec("powersgd:rank=4,ef=0", info);
+  const std::vector<float> zeros(32 * 40, 0.0f);
+  for (int step = 0; step < 2; ++step) {
+    EXPECT_EQ(testing::decode(*codec, testing::encode(*codec, zeros), zeros.size()), zeros);
+  }
+  for (int step = 0; step < 3; ++step) {
+    const auto decoded = testing::decode(*codec, testing::encode(*codec, m), m.size());
+    for (size_t i = 0; i < m.size(); ++i) ASSERT_NEAR(decoded[i], m[i], 1e-5) << step << " " << i;
+  }
+}
+
 TEST(PowerSgdTest, MessageFaceReconstructsARankOneMatrix) {
   auto codec = create_codec("powersgd:rank=1,ef=0", kMatrix);
   const auto m = rank_one(0.5f);

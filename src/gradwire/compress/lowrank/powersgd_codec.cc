@@ -14,6 +14,17 @@
 // started from step to step. Error feedback (E) is the codec's own (key `ef`, on by
 // default), because the low-rank protocol computes the error itself.
 //
+// One step, as DDP's powerSGD_hook: Q's columns orthonormalised, P = M Q, P averaged and
+// orthonormalised, Q = M^T P, Q averaged, M ~ P Q^T. Orthonormalising Q first does not
+// change span(P) but its conditioning: a warm Q = M^T P has columns of norm sigma_i, so
+// without it P = M M^T P has columns of norm sigma_i^2, and the weak directions of a high
+// rank drown in fp32 rounding beside the strong ones; small in L2, they are what AdamW
+// amplifies (docs/results/powersgd-side-by-side: gpt's AdamW step error at rank 16 was
+// 1.47x DDP's hook's before this, equal after). Gram-Schmidt runs twice
+// ("twice is enough": orthogonal to working precision, as the QR that DDP uses from rank
+// 3) with no epsilon: a column that vanishes (M of rank below r) becomes zero, so P P^T
+// stays a projection and E keeps what it does not send.
+//
 // Faces:
 //  * low rank (allreduce strategy): LowRankFace in codec.h, two allreduces per step.
 //  * message (other strategies): the local factors. encode: M = a + E, P = orth(M Q),
@@ -77,6 +88,27 @@ uint64_t name_hash(const std::string& name) {
   vector_loop(n, [=](size_t i) { y[i] += alpha * x[i]; });
 }
 
+// Gram-Schmidt, two passes, on `count` vectors of `length` floats held one after the other:
+// afterwards they are orthonormal, or zero where a vector lies in the span of those before
+// it (its norm after projection is 0). Projections and norms accumulate in double.
+void orthonormalise_vectors(std::span<float> vectors, size_t count, size_t length) {
+  for (size_t c = 0; c < count; ++c) {
+    float* v = &vectors[c * length];
+    for (int pass = 0; pass < 2; ++pass) {
+      for (size_t prev = 0; prev < c; ++prev) {
+        const float* u = &vectors[prev * length];
+        double proj = 0;
+        for (size_t i = 0; i < length; ++i) proj += double(u[i]) * v[i];
+        axpy(static_cast<float>(-proj), u, v, length);
+      }
+    }
+    double norm = 0;
+    for (size_t i = 0; i < length; ++i) norm += double(v[i]) * v[i];
+    norm = std::sqrt(norm);
+    for (size_t i = 0; i < length; ++i) v[i] = norm > 0 ? static_cast<float>(v[i] / norm) : 0.0f;
+  }
+}
+
 class PowerSgdCodec final : public Codec, public LowRankFace {
  public:
   PowerSgdCodec(const TensorInfo& tensor, size_t rank, bool ef, uint64_t seed, size_t start,
@@ -96,7 +128,8 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
     cols_ = cols;
     rank_ = r;
     qt_.resize(rank_ * cols_);
-    fill_normal(qt_, seed ^ name_hash(tensor.name));
+    q_seed_ = seed ^ name_hash(tensor.name);
+    fill_normal(qt_, q_seed_);
   }
 
   CodecId id() const override { return CodecId::kPowerSgd; }
@@ -129,6 +162,7 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
     } else {
       std::copy(gradient.begin(), gradient.end(), m_.begin());
     }
+    prepare_q();
     multiply_mq(p);
   }
 
@@ -274,21 +308,31 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
     }
   }
 
-  // Gram-Schmidt on the columns of P (rows x rank, row-major).
-  void orthonormalise_p() {
-    column_.resize(rows_);
+  // Q's columns (Qt's rows) orthonormalised. One that vanished (a zero gradient made
+  // Q = M^T P zero) restarts from a seeded normal one, the same on every rank (Q is the
+  // ranks' mean, steps_ their count), so a layer whose gradient was zero for a step is not
+  // stuck at zero from then on.
+  void prepare_q() {
+    orthonormalise_vectors(qt_, rank_, cols_);
+    bool refilled = false;
     for (size_t c = 0; c < rank_; ++c) {
-      for (size_t i = 0; i < rows_; ++i) column_[i] = p_[i * rank_ + c];
-      for (size_t prev = 0; prev < c; ++prev) {
-        double proj = 0;
-        for (size_t i = 0; i < rows_; ++i) proj += double(p_[i * rank_ + prev]) * column_[i];
-        for (size_t i = 0; i < rows_; ++i)
-          column_[i] -= static_cast<float>(proj) * p_[i * rank_ + prev];
-      }
-      double norm = 0;
-      for (float v : column_) norm += double(v) * v;
-      const float inv = static_cast<float>(1.0 / (std::sqrt(norm) + 1e-8));
-      for (size_t i = 0; i < rows_; ++i) p_[i * rank_ + c] = column_[i] * inv;
+      const std::span<float> column(&qt_[c * cols_], cols_);
+      if (std::any_of(column.begin(), column.end(), [](float v) { return v != 0.0f; })) continue;
+      fill_normal(column, q_seed_ + 0x9E3779B97F4A7C15ULL * (steps_ + 1) + c);
+      refilled = true;
+    }
+    if (refilled) orthonormalise_vectors(qt_, rank_, cols_);
+  }
+
+  // P's columns (P is rows x rank, row-major) orthonormalised through a column-major copy.
+  void orthonormalise_p() {
+    column_.resize(rows_ * rank_);
+    for (size_t i = 0; i < rows_; ++i) {
+      for (size_t c = 0; c < rank_; ++c) column_[c * rows_ + i] = p_[i * rank_ + c];
+    }
+    orthonormalise_vectors(column_, rank_, rows_);
+    for (size_t i = 0; i < rows_; ++i) {
+      for (size_t c = 0; c < rank_; ++c) p_[i * rank_ + c] = column_[c * rows_ + i];
     }
   }
 
@@ -298,6 +342,7 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
   size_t steps_ = 0;  // steps exchanged so far (dense or not)
   bool matrix_ = false;
   size_t rows_ = 0, cols_ = 0, rank_ = 0;
+  uint64_t q_seed_ = 0;  // of the first Q, and of a column that vanished
   std::vector<float> m_, p_, qt_, error_, column_, scratch_;
 };
 
