@@ -535,7 +535,8 @@ def register_hook(ddp, optimizer, args, total_steps, counter):
         log.addHandler(logging.StreamHandler(sys.stdout))
         state, hook = gradwire.ddp.hook(args.gradwire_codec, model=ddp.module,
                                         optimizer=optimizer, bucket_cap_mb=args.bucket_mb,
-                                        first_bucket_mb=args.gradwire_first_bucket_mb)
+                                        first_bucket_mb=args.gradwire_first_bucket_mb,
+                                        quantized_path=args.gradwire_quantized_path)
         ddp.register_comm_hook(state, hook)
         counter.gradwire = state
         return f"ddp:gradwire-{state.codec}"
@@ -596,6 +597,9 @@ def parse_args(argv):
                    help="with --hook gradwire: gradwire.ddp.hook's codec (auto, int8, ...)")
     p.add_argument("--gradwire-first-bucket-mb", type=float, default=1.0,
                    help="with --hook gradwire: gradwire's first bucket (first_bucket_mb)")
+    p.add_argument("--gradwire-quantized-path", default="auto",
+                   choices=["auto", "ring", "reduce-scatter"],
+                   help="with --hook gradwire: gradwire.ddp.hook's quantized_path")
     p.add_argument("--strategy", choices=["ddp", "diloco"], default="ddp",
                    help="diloco: gradwire.DiLoCo instead of DDP (the Python module)")
     # diloco's flags left out keep gradwire.DiLoCo's defaults (the trainer's).

@@ -56,6 +56,59 @@ def synthetic_load(n, density, shared, w):
     return 4 + PAIR_BYTES * pairs, pairs, union
 
 
+# Payload bytes of n elements (compress/quantize/: the 8-byte header, then the body).
+PAYLOADS = {
+    "int8": lambda n: 8 + 4 + 4 * math.ceil(n / 256) + n,         # block 256
+    "int4": lambda n: 8 + 4 + 4 * math.ceil(n / 128) + math.ceil(n / 2),  # block 128
+    "fp16": lambda n: 8 + 2 * n,
+    "bf16": lambda n: 8 + 2 * n,
+}
+
+
+def reduce_scatter_seconds(alpha, beta, w, payload):
+    """strategy/codec_reduce_scatter.h: an alltoall of each range's payload, then an
+    allgather of each owner's encoded mean (one byte more), `payload` a range's."""
+    alltoall = 2 * (w - 1) * alpha + (w - 1) * (SIZE_BYTES + payload) * beta
+    allgather = 2 * (w - 1) * alpha + (w - 1) * (SIZE_BYTES + payload + 1) * beta
+    return alltoall + allgather
+
+
+def quantized_paths_table(alpha, beta, fit_world):
+    """A bucket of the whole model per quantizer: its ring path (int8's shared-scale
+    allreduce of floor(127/W) levels, fp16's allreduce, int4's and bf16's allgather of
+    payloads) against the reduce-scatter, predicted with the fit."""
+    models = {"cnn": 738_344, "cnn-wide": 8_687_144, "gpt": 3_369_984}
+    md = ["", f"Quantized buckets (one bucket of the whole model, no overlap, no codec compute; "
+              f"the {fit_world}-rank fit): each codec's ring path against the reduce-scatter "
+              "(summed in fp32 by each range's owner, every level kept; "
+              "strategy/codec_reduce_scatter.h). int8's shared-scale ring has floor(127 / W) "
+              "levels per sign and none beyond 127 ranks (\"-\"):\n",
+          "| model | world | int8 ring levels | int8 shared-scale ring (ms) | "
+          "int8 reduce-scatter (ms) | fp16 ring (ms) | fp16 reduce-scatter (ms) | "
+          "int4 allgather (ms) | int4 reduce-scatter (ms) | bf16 allgather (ms) | "
+          "bf16 reduce-scatter (ms) |",
+          "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for name, fp32_bytes in models.items():
+        n = fp32_bytes // 4
+        for w in (4, 8, 16, 64, 256, 1024):
+            def allreduce(b):
+                return 2 * (w - 1) * alpha + 2 * (w - 1) / w * b * beta
+
+            def allgather(b):
+                return 2 * (w - 1) * alpha + (w - 1) * (SIZE_BYTES + b) * beta
+            rs = {c: reduce_scatter_seconds(alpha, beta, w, f(math.ceil(n / w)))
+                  for c, f in PAYLOADS.items()}
+            levels = 127 // w
+            ring8 = allreduce(4 * math.ceil(n / 256)) + allreduce(n) if levels else None
+            cells = [name, str(w), str(levels) if levels else "-",
+                     "-" if ring8 is None else f"{ring8 * 1e3:,.1f}", f"{rs['int8'] * 1e3:,.1f}",
+                     f"{allreduce(2 * n) * 1e3:,.1f}", f"{rs['fp16'] * 1e3:,.1f}",
+                     f"{allgather(PAYLOADS['int4'](n)) * 1e3:,.1f}", f"{rs['int4'] * 1e3:,.1f}",
+                     f"{allgather(PAYLOADS['bf16'](n)) * 1e3:,.1f}", f"{rs['bf16'] * 1e3:,.1f}"]
+            md.append("| " + " | ".join(cells) + " |")
+    return md
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("files", nargs="+")
@@ -207,8 +260,9 @@ def main():
                 return 2 * (w - 1) * alpha + 2 * (w - 1) / w * b * beta
             none = allreduce(fp32_bytes)
             fp16 = allreduce(fp32_bytes / 2)
-            # block maxima, then the levels; W int8 values must sum in int8: 127 ranks at most
-            int8 = allreduce(n / 64 * 4) + allreduce(n) if w <= 127 else None
+            # block maxima (a float per 256), then the levels; W int8 values must sum in
+            # int8: 127 ranks at most on this path
+            int8 = allreduce(n / 256 * 4) + allreduce(n) if w <= 127 else None
             powersgd = 2 * allreduce(powersgd_bytes / 2)  # P, then Q
             k = 0.01 * n
             payload = PAIR_BYTES * k
@@ -221,6 +275,7 @@ def main():
                       f"{'-' if int8 is None else f'{int8 * 1e3:.1f}'} | {powersgd * 1e3:.1f} | {same * 1e3:.1f} | "
                       f"{independent * 1e3:.1f} |")
 
+    md += quantized_paths_table(alpha, beta, worlds_measured[0])
     if write:
         with open(f"{args.out}/results.md", "w") as f:
             f.write("\n".join(md) + "\n")

@@ -253,6 +253,12 @@ struct DistributedOptions {
   // "dense" (an allreduce of the decoded payloads); "auto" picks per bucket and step by
   // an alpha-beta cost model (docs/SCALING.md).
   std::string sparse_aggregation = "auto";
+  // Buckets of fp16, bf16, int8 and int4 are averaged by their ring (fp16's and int8's
+  // allreduce, bf16's and int4's allgather) or by a reduce-scatter that sums in fp32 and
+  // keeps every level of the codec at any world size (int8's ring has floor(127 / W)
+  // levels per sign): "ring", "reduce-scatter", or "auto" (per bucket: the reduce-scatter
+  // where int8's ring has under 31 levels, else where the cost model predicts it faster).
+  std::string quantized_path = "auto";
   // The link the cost model assumes (sparse aggregation "auto", and the codec "auto",
   // which predicts each plan's exchange with it): bits per second through one rank's link,
   // and the seconds one message step costs. 1 Gbit/s and 50 us by default.

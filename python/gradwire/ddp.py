@@ -80,11 +80,16 @@ class HookState:
         overlap: exchange buckets during backward (default True).
         sparse_aggregation: buckets of sparse codecs: "auto", "allgather", "split" or
             "dense".
+        quantized_path: buckets of fp16, bf16, int8 and int4: "ring" (fp16's and int8's
+            allreduce, bf16's and int4's allgather), "reduce-scatter" (summed in fp32,
+            every level of the codec kept at any world size) or "auto" (per bucket: the
+            reduce-scatter where int8's ring has under 31 levels, i.e. beyond 4 ranks,
+            else where the cost model predicts it faster).
     """
 
     def __init__(self, codec="auto", *, process_group=None, model=None, optimizer=None,
                  timeout=None, bucket_cap_mb=25.0, first_bucket_mb=1.0, overlap=True,
-                 sparse_aggregation="auto"):
+                 sparse_aggregation="auto", quantized_path="auto"):
         if not dist.is_available() or not dist.is_initialized():
             raise _C.ConfigError(
                 "gradwire.ddp.hook needs torch.distributed initialized "
@@ -97,7 +102,8 @@ class HookState:
         self.timeout = _default_timeout() if timeout is None else float(timeout)
         self.options = dict(bucket_cap_mb=float(bucket_cap_mb),
                             first_bucket_mb=float(first_bucket_mb), overlap=bool(overlap),
-                            sparse_aggregation=sparse_aggregation)
+                            sparse_aggregation=sparse_aggregation,
+                            quantized_path=quantized_path)
         self._names = {}
         if model is not None:
             self._names = {id(p): name for name, p in model.named_parameters()}
@@ -119,7 +125,8 @@ class HookState:
             store = dist.PrefixStore("gradwire/ddp-hook/%d" % next(_state_numbers),
                                      dist.distributed_c10d._get_default_store())
         o = self.options
-        return _C.DdpCommHook(self.codec_spec, o["sparse_aggregation"], o["bucket_cap_mb"],
+        return _C.DdpCommHook(self.codec_spec, o["sparse_aggregation"],
+                              o.get("quantized_path", "auto"), o["bucket_cap_mb"],
                               o["first_bucket_mb"], o["overlap"], group, store, self.timeout)
 
     @property

@@ -108,6 +108,22 @@ std::string flag_value(const std::vector<std::string>& cmd, const std::string& f
   return at == cmd.end() || at + 1 == cmd.end() ? std::string("(absent)") : *(at + 1);
 }
 
+// CODEC+PATH runs gradwire's allreduce (or its DDP hook) with that quantized path; a layer
+// policy's @tensor names and a spec without the suffix are left as they are.
+TEST(E2eMatrixTest, ACodecsQuantizedPathParses) {
+  const e2e::Config rs = e2e::parse_config("int8+reduce-scatter");
+  EXPECT_EQ(rs.codec, "int8");
+  EXPECT_EQ(rs.quantized_path, "reduce-scatter");
+  EXPECT_EQ(flag_value(command_at_10mbit(rs), "--quantized-path"), "reduce-scatter");
+  EXPECT_EQ(flag_value(command_at_10mbit(e2e::parse_config("fp16")), "--quantized-path"),
+            "(absent)");
+  const e2e::Config hook = e2e::parse_config("ddp:gradwire-fp16+ring");
+  EXPECT_EQ(hook.codec, "fp16");
+  EXPECT_EQ(flag_value(command_at_10mbit(hook), "--gradwire-quantized-path"), "ring");
+  EXPECT_EQ(e2e::parse_config("other=none,@fc1.weight=int8").codec, "other=none,@fc1.weight=int8");
+  EXPECT_THROW(e2e::parse_config("int8+nowhere"), gradwire::ConfigError);
+}
+
 // ddp:powersgd:...,buckets=ddp runs DDP's PowerSGD in DDP's buckets (the peer's
 // bucket_order.py); one bucket by default.
 TEST(E2eMatrixTest, DdpPowerSgdBucketsAreOneOrDdps) {

@@ -231,6 +231,35 @@ def test_each_codec_averages_within_its_bound():
     assert not failures, "\n".join(failures)
 
 
+def quantized_path_worker(rank, world, paths):
+    shape = [30, 40]
+    out = {}
+    for path in paths:
+        state, _ = gradwire.ddp.hook("int8:ef=0", quantized_path=path)
+        buffer = rank_gradient(rank, 30 * 40).clone()
+        out[path] = state._impl.exchange(buffer, [1], [shape], ["fc.weight"], True).wait().clone()
+    return out
+
+
+def test_int8_keeps_its_levels_on_the_reduce_scatter():
+    # 5 ranks: int8's ring has floor(127 / 5) = 25 levels per sign, the reduce-scatter 127
+    # (two roundings, each within half a step of max|g| / 127); "auto" takes it beyond 4.
+    world, n = 5, 30 * 40
+    results = expect_success(run_ranks(world, quantized_path_worker,
+                                       ["ring", "reduce-scatter", "auto"]))
+    mean = sum(rank_gradient(r, n) for r in range(world)) / world
+    largest = max(rank_gradient(r, n).abs().max().item() for r in range(world))
+    for path in ("ring", "reduce-scatter", "auto"):
+        for rank in range(1, world):
+            assert torch.equal(results[rank][path], results[0][path]), path
+    ring = (results[0]["ring"] - mean).abs().max().item()
+    scatter = (results[0]["reduce-scatter"] - mean).abs().max().item()
+    assert ring <= 0.5 * largest / 25 + 1e-6
+    assert scatter <= largest / 127 + 1e-6
+    assert ring > 2 * scatter
+    assert torch.equal(results[0]["auto"], results[0]["reduce-scatter"])
+
+
 def codec_training_worker(rank, world, codecs):
     out = {}
     for codec in codecs:

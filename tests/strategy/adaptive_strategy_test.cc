@@ -284,6 +284,7 @@ struct RunSettings {
   // with `backward` of sleep after each but the last (after `compute`).
   bool hooks = false;
   std::chrono::milliseconds backward{0};
+  std::string quantized_path = "auto";  // AllreduceOptions::quantized_path of the plans
 };
 
 // Every rank: `steps` SGD steps on rank-specific Gaussian gradients scaled by
@@ -314,7 +315,9 @@ std::vector<RankRun> run_ranks(int world, const RunSettings& settings,
       param_spans.emplace_back(params[t]);
       grad_spans.emplace_back(grads[t]);
     }
-    auto strategy = create_allreduce_strategy(*c, {.codec = settings.codec, .link = settings.link});
+    auto strategy = create_allreduce_strategy(*c, {.codec = settings.codec,
+                                                   .quantized_path = settings.quantized_path,
+                                                   .link = settings.link});
     auto* adaptive = dynamic_cast<AdaptiveStrategy*>(strategy.get());
     ASSERT_NE(adaptive, nullptr);
     strategy->start(tensors, param_spans);
@@ -518,15 +521,17 @@ TEST(AutoTest, TheModelRulesOutAPlanWhoseExchangeAloneExceedsTwiceTheBestStep) {
   }
 }
 
-TEST(AutoTest, Int8IsLeftOutBeyond127Ranks) {
-  // int8 sums the ranks' levels in int8: at 128 ranks it has none, and auto goes on
-  // without it instead of failing. The first decision comes after fp16 and none, 2 steps
-  // each.
+TEST(AutoTest, Int8IsLeftOutBeyond127RanksOnlyOnItsRing) {
+  // int8's ring sums the ranks' levels in int8: at 128 ranks it has none. Forced onto the
+  // ring, auto goes on without it instead of failing (the first decision comes after fp16
+  // and none, 2 steps each); on the default quantized path int8's buckets take the
+  // reduce-scatter there and it stays a plan.
   RunSettings settings;
   settings.codec = "auto:window=2,trial=1";
   settings.steps = 7;
   settings.rows = 4;
   settings.cols = 4;
+  settings.quantized_path = "ring";
   const auto runs = run_ranks(128, settings);
   for (int r = 0; r < 128; ++r) {
     for (const auto& plan : runs[r].plan_per_step) EXPECT_NE(plan, "int8") << "rank " << r;
@@ -534,7 +539,13 @@ TEST(AutoTest, Int8IsLeftOutBeyond127Ranks) {
   }
   ASSERT_FALSE(runs[0].reasons.empty());
   EXPECT_NE(runs[0].reasons[0].find("int8 left out"), std::string::npos) << runs[0].reasons[0];
-  EXPECT_THROW(run_ranks(128, {.codec = "auto:plans=int8", .steps = 1}), ConfigError);
+  EXPECT_THROW(run_ranks(128, {.codec = "auto:plans=int8", .steps = 1, .quantized_path = "ring"}),
+               ConfigError);
+  const auto scattered = run_ranks(128, {.codec = "auto:plans=int8", .steps = 2});
+  for (int r = 0; r < 128; ++r) {
+    EXPECT_EQ(scattered[r].plan_per_step, std::vector<std::string>(2, "int8")) << "rank " << r;
+    EXPECT_EQ(scattered[r].params, scattered[0].params) << "rank " << r;
+  }
 }
 
 TEST(AutoTest, FitKeepsTheTensorBackwardHidesExactAndCompressesTheExposedOne) {

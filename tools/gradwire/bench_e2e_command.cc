@@ -479,11 +479,12 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
       "--configs", args->configs,
       "configurations (space-separated): ddp:HOOK (ddp:powersgd:rank=R,start=N[,buckets=ddp]; "
       "ddp:localsgd:period=H,warmup=W: PyTorch's local SGD; "
-      "ddp:gradwire-CODEC: DDP with gradwire's hook, the Python module), "
+      "ddp:gradwire-CODEC[+PATH]: DDP with gradwire's hook, the Python module), "
       "ps:UPDATER[:CONSISTENCY], "
       "gossip:TRIGGER (every, period:K, adaptive), gossip-wait:TRIGGER (--gossip-wait), "
       "diloco:KEY=V,.../CODEC, python:diloco:KEY=V,.../CODEC (the Python module's "
-      "gradwire.DiLoCo in a PyTorch loop) or a codec spec; default: "
+      "gradwire.DiLoCo in a PyTorch loop) or a codec spec[+PATH] (PATH: the quantized "
+      "path, ring, reduce-scatter or auto); default: "
       "DDP's allreduce, fp16 and PowerSGD (rank 8, 2 dense steps) and gradwire's none, "
       "fp16, int8, PowerSGD (rank 8) and auto");
   e2e->add_option("--epochs", s.epochs)->capture_default_str();

@@ -125,6 +125,16 @@ std::map<std::string, double> parse_targets(const std::string& text,
   return accuracies;
 }
 
+// "SPEC+PATH" -> SPEC, with `path` set to PATH (ring, reduce-scatter, auto); else as it is.
+std::string take_quantized_path(const std::string& text, std::string& path) {
+  const auto plus = text.rfind('+');
+  if (plus == std::string::npos) return text;
+  const std::string suffix = text.substr(plus + 1);
+  if (suffix != "ring" && suffix != "reduce-scatter" && suffix != "auto") return text;
+  path = suffix;
+  return text.substr(0, plus);
+}
+
 Config parse_config(const std::string& text) {
   if (text.rfind("python:", 0) == 0) {
     // The Python module's DiLoCo (gradwire.DiLoCo) in the peer's PyTorch loop, with the
@@ -144,7 +154,7 @@ Config parse_config(const std::string& text) {
     // DDP with gradwire's hook (the Python module): ddp:gradwire-CODEC.
     c.system = "ddp";
     c.hook = "gradwire";
-    c.codec = text.substr(13);
+    c.codec = take_quantized_path(text.substr(13), c.quantized_path);
     try {
       strategy::canonical_codec(c.codec);
     } catch (const ConfigError& e) {
@@ -241,12 +251,12 @@ Config parse_config(const std::string& text) {
     return c;
   }
   if (text.empty()) throw ConfigError("an empty configuration in --configs");
+  c.codec = take_quantized_path(text, c.quantized_path);
   try {
-    strategy::canonical_codec(text);  // a layer policy or an adaptive codec (auto)
+    strategy::canonical_codec(c.codec);  // a layer policy or an adaptive codec (auto)
   } catch (const ConfigError& e) {
     throw ConfigError("configuration '" + text + "': " + e.what());
   }
-  c.codec = text;
   return c;
 }
 
@@ -345,6 +355,9 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
     }
     if (run.config.hook == "gradwire") {
       cmd.insert(cmd.end(), {"--gradwire-codec", run.config.codec});
+      if (!run.config.quantized_path.empty()) {
+        cmd.insert(cmd.end(), {"--gradwire-quantized-path", run.config.quantized_path});
+      }
     }
   } else if (run.config.ps()) {
     cmd = {self,
@@ -376,6 +389,9 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
     if (run.config.gossip_wait) cmd.push_back("--gossip-wait");
   } else {
     cmd = {self, "train", "--worker", "--compressor", run.config.codec};
+    if (!run.config.quantized_path.empty()) {
+      cmd.insert(cmd.end(), {"--quantized-path", run.config.quantized_path});
+    }
     momentum(cmd);
     // The cost model of auto and of sparse aggregation is told the link, as a user would.
     if (!run.floor) cmd.insert(cmd.end(), {"--link-bandwidth", run.bandwidth});

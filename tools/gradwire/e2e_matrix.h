@@ -113,8 +113,11 @@ struct Config {
   // ddp:localsgd:period=H,warmup=W: PyTorch's local SGD (the peer's local_updates.py),
   // the models averaged every H steps after W steps of gradient allreduce.
   long long localsgd_period = 10, localsgd_warmup = 0;
-  std::string codec;                 // gradwire allreduce: the --compressor spec;
-                                     // ddp:gradwire-CODEC: the hook's codec
+  std::string codec;  // gradwire allreduce: the --compressor spec;
+                      // ddp:gradwire-CODEC: the hook's codec
+  // CODEC+PATH (gradwire's allreduce and ddp:gradwire-CODEC+PATH): the quantized path
+  // (ring, reduce-scatter or auto), --quantized-path; empty: the default (auto).
+  std::string quantized_path;
   std::string updater, consistency;  // ps
   std::string gossip_trigger;        // gossip: every, period:K, adaptive (ring topology)
   bool gossip_wait = false;          // gossip-wait:TRIGGER: --gossip-wait

@@ -213,21 +213,24 @@ PYBIND11_MODULE(_C, m) {
 
   py::class_<DdpCommHook, std::shared_ptr<DdpCommHook>>(m, "DdpCommHook")
       .def(py::init([](const std::string& codec, const std::string& sparse_aggregation,
-                       double bucket_cap_mb, double first_bucket_mb, bool overlap,
+                       const std::string& quantized_path, double bucket_cap_mb,
+                       double first_bucket_mb, bool overlap,
                        const c10::intrusive_ptr<c10d::ProcessGroup>& group,
                        const c10::intrusive_ptr<c10d::Store>& store, double timeout_s) {
              CommHookOptions options;
              options.codec = codec;
              options.sparse_aggregation = sparse_aggregation;
+             options.quantized_path = quantized_path;
              options.bucket_bytes = megabytes(bucket_cap_mb, "bucket_cap_mb");
              options.first_bucket_bytes = megabytes(first_bucket_mb, "first_bucket_mb");
              options.overlap = overlap;
              return std::make_shared<DdpCommHook>(collectives_over(group, store, timeout_s),
                                                   options);
            }),
-           py::arg("codec"), py::arg("sparse_aggregation"), py::arg("bucket_cap_mb"),
-           py::arg("first_bucket_mb"), py::arg("overlap"), py::arg("group"), py::arg("store"),
-           py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>())
+           py::arg("codec"), py::arg("sparse_aggregation"), py::arg("quantized_path"),
+           py::arg("bucket_cap_mb"), py::arg("first_bucket_mb"), py::arg("overlap"),
+           py::arg("group"), py::arg("store"), py::arg("timeout_s"),
+           py::call_guard<py::gil_scoped_release>())
       .def(
           "exchange",
           [](DdpCommHook& hook, const at::Tensor& buffer, const std::vector<int64_t>& keys,

@@ -38,6 +38,7 @@ strategy::AllreduceOptions strategy_options(const CommHookOptions& options) {
   strategy::AllreduceOptions o;
   o.codec = options.codec;
   o.sparse_aggregation = options.sparse_aggregation;
+  o.quantized_path = options.quantized_path;
   o.bucket_bytes = options.bucket_bytes;
   o.first_bucket_bytes = options.first_bucket_bytes;
   o.overlap = options.overlap;
@@ -81,6 +82,7 @@ DdpCommHook::DdpCommHook(std::unique_ptr<comm::Collectives> collectives, CommHoo
   strategy::check_same_configuration(
       *collectives_,
       {"ddp comm hook", "codec " + codec_, "sparse aggregation " + options_.sparse_aggregation,
+       "quantized path " + options_.quantized_path,
        "bucket bytes " + std::to_string(options_.bucket_bytes) + " first " +
            std::to_string(options_.first_bucket_bytes),
        std::string("overlap ") + (options_.overlap ? "on" : "off")});

@@ -60,6 +60,8 @@ struct CommHookOptions {
   std::string codec = "auto";
   // Buckets of sparse codecs: "auto", "allgather", "split" or "dense" (strategy/allreduce).
   std::string sparse_aggregation = "auto";
+  // Buckets of fp16, bf16, int8 and int4: "auto", "ring" or "reduce-scatter" (strategy/allreduce).
+  std::string quantized_path = "auto";
   // The strategy's bucket sizes (DDP's defaults) and whether it exchanges during backward.
   size_t bucket_bytes = 25u << 20;
   size_t first_bucket_bytes = 1u << 20;

@@ -66,6 +66,7 @@ strategy::AllreduceOptions allreduce_options(const DistributedOptions& options,
   o.first_bucket_bytes = options.first_bucket_bytes;
   o.overlap = options.overlap;
   o.sparse_aggregation = options.sparse_aggregation;
+  o.quantized_path = options.quantized_path;
   o.link = comm::LinkModel::from_bandwidth(options.link_latency_s, options.link_bits_per_s);
   if (!options.measured_buckets) o.layout_steps = 0;
   return o;

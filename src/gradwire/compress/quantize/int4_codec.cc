@@ -8,8 +8,9 @@
 // plus 32 bits per block: 4.25 bits per element at the default block.
 //
 // Message face only: 4-bit values cannot be summed in 4 bits, so strategies aggregate the
-// payloads by decoding (allgather), or, as DiLoCo's outer exchange does, by a reduce-scatter
-// of payloads, a sum and a second quantization of each range (strategy/diloco).
+// payloads by decoding (allgather), or by a reduce-scatter of payloads, a sum in fp32 and
+// a second quantization of each range (strategy/codec_reduce_scatter.h: DiLoCo's outer
+// exchange, and the allreduce strategy's buckets where the cost model prefers it).
 //
 // Body: u32 block | f32 max[ceil(N/block)] | u8 codes[ceil(N/2)].
 #include <algorithm>

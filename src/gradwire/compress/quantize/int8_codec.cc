@@ -6,8 +6,10 @@
 // Shared-scale face (allreduce; codec.h): the ranks agree on every block's maximum,
 // quantize to floor(127 / W) levels per sign so that W of them sum in int8, and one int8
 // allreduce sums them: a quarter of fp32 on the wire (ring allreduce), plus an
-// allreduce-max of one float per block. Rounding is to nearest; error feedback (on by
-// default) carries the quantization error to the next step.
+// allreduce-max of one float per block. Where floor(127 / W) levels are too few, the
+// allreduce strategy sums int8 buckets by a reduce-scatter of message payloads instead
+// (strategy/codec_reduce_scatter.h: 127 levels at any W). Rounding is to nearest; error
+// feedback (on by default) carries the quantization error to the next step.
 #include <algorithm>
 #include <cmath>
 #include <cstring>

@@ -128,13 +128,15 @@ AdaptiveStrategy::~AdaptiveStrategy() = default;
 void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
                              const FloatSpans& params) {
   if (!plans_.empty()) throw Error("AdaptiveStrategy::start called twice");
-  // int8 sums the ranks' levels in int8: beyond 127 ranks it has none left.
+  // int8's ring sums the ranks' levels in int8: beyond 127 ranks it has none left (its
+  // reduce-scatter, which the base options' quantized path "auto" takes there, has).
   const int world = collectives_.size();
-  if (compress::shared_scale_levels(world) == 0) {
+  if (compress::shared_scale_levels(world) == 0 && base_.quantized_path == "ring") {
     std::erase_if(options_.plans, [&](const CodecPlan& plan) {
       if (plan.name != "int8") return false;
       left_out_ =
-          "int8 left out: it sums the ranks' values in int8, 127 ranks at most, this job has " +
+          "int8 left out: its ring (quantized path ring) sums the ranks' values in int8, 127 "
+          "ranks at most, this job has " +
           std::to_string(world);
       return true;
     });

@@ -27,7 +27,7 @@
 //     a plan whose predicted exchange alone exceeds `prune` times the fastest step
 //     measured (agreed by all ranks) so far: a step cannot be shorter than its exchange,
 //     so such a plan cannot win. 0: never. A plan that cannot run at this world (int8
-//     beyond 127 ranks) is left out at start.
+//     beyond 127 ranks with the quantized path forced to its ring) is left out at start.
 //     Plan `fit` (listed, not a default: it lost to the best uniform plan in every whole
 //     run measured, docs/RESULTS.md) is a choice per bucket among the uniform plans
 //     (fit_plan.h). During the

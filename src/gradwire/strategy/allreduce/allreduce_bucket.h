@@ -12,6 +12,7 @@
 #include "gradwire/core/bytes.h"
 #include "gradwire/strategy/allreduce/allreduce_strategy.h"
 #include "gradwire/strategy/allreduce/sparse_exchange.h"
+#include "gradwire/strategy/codec_reduce_scatter.h"
 
 namespace gradwire::strategy {
 
@@ -30,6 +31,10 @@ struct AllreduceStrategy::Bucket {
   std::optional<compress::WireType> wire;  // set: additive path
   bool int8 = false;                       // shared-scale path (int8 codec)
   bool sparse_codecs = false;              // message path, every codec sends_sparse
+  // Set: the reduce-scatter path, over the bucket's gradients laid end to end in `flat`
+  // (the tensors' own codecs stay unused; error feedback is the reduce-scatter's).
+  std::unique_ptr<CodecReduceScatter> reduce_scatter;
+  std::vector<float> flat;
   // Additive path: the elements, then a low-rank group's Q (at most q_floats), then the
   // carried status.
   std::vector<uint8_t> wire_buffer;

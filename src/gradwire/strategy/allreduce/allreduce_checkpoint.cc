@@ -14,11 +14,14 @@ namespace gradwire::strategy {
 // and every bucket's end in the fill order), then the last step's totals of every sparse
 // bucket (they choose the next step's path). A layout still being measured is measured
 // anew after a resume (the timings are not kept); a made one is restored, so a resumed run
-// sums in the same order as the run it continues. "AWR2" states (before the measured
-// layout) hold no layout: the first layout stays, measured again.
+// sums in the same order as the run it continues; then a section per reduce-scatter
+// bucket with its state (error feedback's residuals). "AWR2" states (before the measured
+// layout) hold no layout: the first layout stays, measured again; "AWR2" and "AWR3"
+// states (before the reduce-scatter path) leave its residuals zero.
 namespace {
 constexpr uint32_t kAllreduceStateTagV2 = 0x32525741;  // "AWR2"
-constexpr uint32_t kAllreduceStateTag = 0x33525741;    // "AWR3"
+constexpr uint32_t kAllreduceStateTagV3 = 0x33525741;  // "AWR3"
+constexpr uint32_t kAllreduceStateTag = 0x34525741;    // "AWR4"
 }  // namespace
 
 void AllreduceStrategy::save_state(Bytes& out) const {
@@ -42,12 +45,18 @@ void AllreduceStrategy::save_state(Bytes& out) const {
   for (const Bucket& bucket : buckets_) {
     if (bucket.sparse) bucket.sparse->totals().save(out);
   }
+  for (const Bucket& bucket : buckets_) {
+    if (!bucket.reduce_scatter) continue;
+    Bytes section;
+    bucket.reduce_scatter->save_state(section);
+    put_section(out, section);
+  }
 }
 
 void AllreduceStrategy::load_state(ByteReader& in) {
   if (!started_) throw Error("AllreduceStrategy::load_state called before start");
   const auto tag = in.get<uint32_t>("allreduce state tag");
-  if (tag != kAllreduceStateTag && tag != kAllreduceStateTagV2) {
+  if (tag != kAllreduceStateTag && tag != kAllreduceStateTagV3 && tag != kAllreduceStateTagV2) {
     throw PayloadError("the checkpoint holds no allreduce strategy state where one was expected");
   }
   const auto count = in.get<uint64_t>("tensor count");
@@ -65,9 +74,17 @@ void AllreduceStrategy::load_state(ByteReader& in) {
     codecs_[k]->load_state(section);
     section.expect_end(("codec state of tensor " + std::to_string(k)).c_str());
   }
-  if (tag == kAllreduceStateTag) load_layout(in);
+  if (tag != kAllreduceStateTagV2) load_layout(in);
   for (Bucket& bucket : buckets_) {
     if (bucket.sparse) bucket.sparse->set_totals(SparseStepTotals::load_from(in));
+  }
+  if (tag == kAllreduceStateTag) {
+    for (Bucket& bucket : buckets_) {
+      if (!bucket.reduce_scatter) continue;
+      ByteReader section = get_section(in, "reduce-scatter state");
+      bucket.reduce_scatter->load_state(section);
+      section.expect_end("reduce-scatter state");
+    }
   }
   traffic_ = traffic;
 }

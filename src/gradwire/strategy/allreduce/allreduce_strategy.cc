@@ -28,6 +28,11 @@ AllreduceStrategy::AllreduceStrategy(comm::Collectives& collectives, AllreduceOp
     throw ConfigError("unknown sparse aggregation '" + path +
                       "'; it is one of auto, allgather, split, dense");
   }
+  const std::string& quantized = options_.quantized_path;
+  if (quantized != "auto" && quantized != "ring" && quantized != "reduce-scatter") {
+    throw ConfigError("unknown quantized path '" + quantized +
+                      "'; it is one of auto, ring, reduce-scatter");
+  }
 }
 
 AllreduceStrategy::~AllreduceStrategy() = default;
@@ -43,6 +48,7 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
   if (options_.agree_at_start) {
     auto lines = configuration_lines(name(), policy, tensors);
     lines.push_back("sparse aggregation " + options_.sparse_aggregation);
+    lines.push_back("quantized path " + options_.quantized_path);
     check_same_configuration(collectives_, lines);
     broadcast_from_rank0(collectives_, params);
   }
@@ -83,13 +89,14 @@ void AllreduceStrategy::start(std::span<const compress::TensorInfo> tensors,
                  : n * sizeof(float) >= big;
   }
   if (!fill_order_.empty()) ends.push_back(fill_order_.size());
-  if (!ends.empty() && compress::shared_scale_levels(collectives_.size()) == 0) {
+  if (!ends.empty() && compress::shared_scale_levels(collectives_.size()) == 0 &&
+      options_.quantized_path == "ring") {
     for (size_t k : fill_order_) {
       if (codecs_[k]->shared_scale()) {
         throw ConfigError(
-            "the int8 codec sums the ranks' values in int8, which overflows "
+            "the int8 codec's ring path sums the ranks' values in int8, which overflows "
             "beyond 127 ranks; this job has " +
-            std::to_string(collectives_.size()));
+            std::to_string(collectives_.size()) + ": use quantized path auto or reduce-scatter");
       }
     }
   }
@@ -121,12 +128,23 @@ void AllreduceStrategy::assign_buckets(const std::vector<size_t>& ends) {
       bucket.tensors.push_back(k);
       bucket.offsets.push_back(bucket.elements);
       bucket.elements += tensors_[k].numel();
-      if (bucket.int8) {
+    }
+    if (takes_reduce_scatter(bucket.tensors, bucket.elements)) {
+      bucket.wire.reset();
+      bucket.int8 = false;
+      bucket.sparse_codecs = false;
+      bucket.reduce_scatter = std::make_unique<CodecReduceScatter>(
+          collectives_, codec.spec(), "bucket " + std::to_string(b), bucket.elements);
+    }
+    if (bucket.int8) {
+      for (size_t k : bucket.tensors) {
         bucket.block_offsets.push_back(bucket.maxima.size());
         bucket.maxima.resize(bucket.maxima.size() + codecs_[k]->shared_scale()->blocks());
       }
     }
-    if (bucket.wire) {
+    if (bucket.reduce_scatter) {
+      bucket.flat.resize(bucket.elements);
+    } else if (bucket.wire) {
       bucket.wire_buffer.resize(bucket.elements * compress::wire_type_size(*bucket.wire));
     } else if (bucket.int8) {
       bucket.wire_buffer.resize(bucket.elements);
@@ -222,13 +240,24 @@ void AllreduceStrategy::take_status(const uint8_t* wire_tail, compress::WireType
 void AllreduceStrategy::hold_codec_state(size_t index) {
   if (index >= codecs_.size()) throw Error("hold_codec_state: no tensor " + std::to_string(index));
   Bytes state;
-  codecs_[index]->save_state(state);
+  if (const auto [rs, offset] = reduce_scatter_of(index); rs != nullptr) {
+    const auto residual = rs->residual(offset, tensors_[index].numel());
+    ByteWriter(state).put_array<float>(residual);
+  } else {
+    codecs_[index]->save_state(state);
+  }
   held_states_.emplace_back(index, std::move(state));
 }
 
 void AllreduceStrategy::restore_codec_states(std::span<const uint8_t> unused_everywhere) {
   for (auto& [k, state] : held_states_) {
     if (k >= unused_everywhere.size() || !unused_everywhere[k]) continue;
+    if (const auto [rs, offset] = reduce_scatter_of(k); rs != nullptr) {
+      std::vector<float> residual(state.size() / sizeof(float));
+      std::memcpy(residual.data(), state.data(), residual.size() * sizeof(float));
+      rs->restore_residual(offset, residual);
+      continue;
+    }
     ByteReader reader(state);
     codecs_[k]->load_state(reader);
   }
@@ -295,7 +324,9 @@ void AllreduceStrategy::run_slot(size_t s) {
 void AllreduceStrategy::run_bucket(size_t b) {
   const Clock::time_point begin = measuring_ ? Clock::now() : Clock::time_point();
   Bucket& bucket = buckets_[b];
-  if (bucket.wire) {
+  if (bucket.reduce_scatter) {
+    synchronize_reduce_scatter(bucket, step_grads_);
+  } else if (bucket.wire) {
     synchronize_additive(bucket, step_grads_);
   } else if (bucket.int8) {
     synchronize_int8(bucket, step_grads_);
@@ -321,6 +352,14 @@ comm::SparsePath AllreduceStrategy::last_sparse_path(size_t b) const {
   return buckets_[b].last_path;
 }
 
+std::string AllreduceStrategy::bucket_path(size_t b) const {
+  if (b >= buckets_.size()) throw Error("no bucket " + std::to_string(b));
+  const Bucket& bucket = buckets_[b];
+  if (bucket.reduce_scatter) return "reduce-scatter";
+  if (bucket.wire) return "allreduce";
+  return bucket.int8 ? "shared-scale allreduce" : "messages";
+}
+
 std::optional<std::vector<double>> AllreduceStrategy::predicted_bucket_seconds(
     const comm::LinkModel& link) const {
   if (!started_) throw Error("AllreduceStrategy::predicted_bucket_seconds called before start");
@@ -330,7 +369,9 @@ std::optional<std::vector<double>> AllreduceStrategy::predicted_bucket_seconds(
   };
   std::vector<double> seconds;
   for (const Bucket& bucket : buckets_) {
-    if (bucket.wire) {
+    if (bucket.reduce_scatter) {
+      seconds.push_back(bucket.reduce_scatter->predicted_seconds(link));
+    } else if (bucket.wire) {
       seconds.push_back(ring(bucket.wire_buffer.size()));
     } else if (bucket.int8) {
       seconds.push_back(ring(bucket.maxima.size() * sizeof(float)) +

@@ -8,6 +8,12 @@
 //  * int8 (shared-scale codecs): the ranks agree on every block's scale with an
 //    allreduce-max, quantize to levels whose sum over the ranks fits int8, and one int8
 //    allreduce sums them (compress::SharedScaleFace);
+//  * fp16, bf16, int8 and int4 may instead take the reduce-scatter of
+//    strategy/codec_reduce_scatter.h (each rank's range of the bucket decoded and summed
+//    in fp32 by its owner, the mean encoded once more and allgathered): every level of the
+//    codec at any world size, and 2(W-1)/W payloads per rank where bf16's and int4's
+//    allgather puts W-1 on the wire. Per bucket, by `quantized_path` (the rule:
+//    allreduce_reduce_scatter.cc);
 //  * other codecs: every tensor is encoded (with error feedback when the codec has it),
 //    the bucket's payloads are allgathered as one message, and every rank decodes all
 //    ranks' payloads in rank order, sums and divides by world. Decoding its own payload
@@ -64,6 +70,8 @@
 
 namespace gradwire::strategy {
 
+class CodecReduceScatter;
+
 struct AllreduceOptions {
   std::string codec = "none";       // a layer policy (compress/policy.h): one spec, per kind, hylo
   size_t bucket_bytes = 25u << 20;  // DDP's default bucket_cap_mb = 25
@@ -77,6 +85,11 @@ struct AllreduceOptions {
   bool ddp_bucket_rule = false;
   // Buckets of sparse codecs: "auto", or always "allgather", "split" or "dense".
   std::string sparse_aggregation = "auto";
+  // Buckets of fp16, bf16, int8 and int4: "auto" (per bucket: the reduce-scatter where
+  // int8's shared scale has too few levels for the world, else where the cost model over
+  // `link` predicts it cheaper), or always "reduce-scatter", or never ("ring": fp16's and
+  // int8's allreduce, bf16's and int4's allgather).
+  std::string quantized_path = "auto";
   comm::LinkModel link;  // what "auto" predicts with (its default: 1 Gbit/s, 50 us)
   // The measured layout (see above): steps before the measurement, and steps measured
   // (0: keep the first layout; then a layout depends on nothing measured, and a run
@@ -133,6 +146,9 @@ class AllreduceStrategy : public Strategy {
   double layout_predicted_saving_s() const { return layout_predicted_saving_s_; }
   // The path bucket b's last exchange took (allgather for buckets that are not sparse).
   comm::SparsePath last_sparse_path(size_t b) const;
+  // Bucket b's path: "allreduce" (additive), "shared-scale allreduce" (int8),
+  // "reduce-scatter", or "messages" (an allgather, or a sparse bucket's paths).
+  std::string bucket_path(size_t b) const;
   // The exchange time of one step that the cost model predicts over `link` at this world:
   // every bucket's collectives (additive: a ring allreduce of its wire bytes; int8: an
   // allreduce of the block maxima and one of the levels; sparse: the path "auto" would
@@ -211,6 +227,13 @@ class AllreduceStrategy : public Strategy {
   void synchronize_sparse(Bucket& bucket, const FloatSpans& grads, comm::SparsePath path,
                           const std::string& args);
   void synchronize_int8(Bucket& bucket, const FloatSpans& grads);
+  // The reduce-scatter path (allreduce_reduce_scatter.cc): whether a bucket of these
+  // tensors takes it, and its exchange.
+  bool takes_reduce_scatter(const std::vector<size_t>& tensors, size_t elements);
+  void synchronize_reduce_scatter(Bucket& bucket, const FloatSpans& grads);
+  // The reduce-scatter of the bucket that holds tensor k and k's offset in its vector, or
+  // {nullptr, 0} where k's bucket takes another path.
+  std::pair<CodecReduceScatter*, size_t> reduce_scatter_of(size_t k) const;
   // A group's exchange up to Q = M^T P; then Q's allreduce and the decode, unless Q rides
   // the next bucket (pending_q_), whose synchronize_additive ends it.
   void synchronize_low_rank(const LowRankGroup& group, bool carrier, const FloatSpans& grads);
@@ -259,7 +282,8 @@ class AllreduceStrategy : public Strategy {
   // This step's local failure (take_local_failure()): written on the executor's thread,
   // read after finish_step().
   std::string local_failure_;
-  // hold_codec_state(): per held tensor, its codec's state before the step.
+  // hold_codec_state(): per held tensor, its codec's state before the step (in a
+  // reduce-scatter bucket: the reduce-scatter's residuals at its elements).
   std::vector<std::pair<size_t, Bytes>> held_states_;
 
   // The step in progress. Reports (step_grads_, reported_) happen under step_mutex_; the

@@ -17,7 +17,7 @@ namespace gradwire::strategy::diloco {
 namespace {
 
 // 2: the in-flight exchange's carried state (carry_broadcast). Version 1 is read too.
-constexpr uint8_t kStateVersion = 2;
+constexpr uint8_t kStateVersion = 3;
 
 std::string number(double v) {
   char text[32];
@@ -412,9 +412,17 @@ void DiLoCoStrategy::save_state(Bytes& out) const {
 void DiLoCoStrategy::load_state(ByteReader& in) {
   if (!executor_) throw Error("DiLoCoStrategy: load_state before start");
   const auto version = in.get<uint8_t>("DiLoCo state version");
-  if (version != kStateVersion && version != 1) {
+  if (version < 1 || version > kStateVersion) {
     throw PayloadError("DiLoCo state of version " + std::to_string(version) +
-                       ", this build reads " + std::to_string(kStateVersion));
+                       ", this build reads 1 to " + std::to_string(kStateVersion));
+  }
+  // Version 3: every outer codec but fp32 goes by the reduce-scatter, which keeps error
+  // feedback's residuals itself (codec_reduce_scatter.h); before, the codecs kept them.
+  if (version < 3 && !fragments_.empty() && !fragments_[0].exchange->reads_version_2_state()) {
+    throw PayloadError("a DiLoCo checkpoint of an earlier build (state version " +
+                       std::to_string(version) + ") whose outer codec '" + options_.codec +
+                       "' kept its state in a layout this build no longer has; resume it "
+                       "with the build that wrote it");
   }
   // Read everything into locals first: a state that does not fit changes nothing here.
   const auto steps = in.get<uint64_t>("DiLoCo steps");

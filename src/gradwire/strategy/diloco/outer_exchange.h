@@ -1,21 +1,17 @@
 // OuterExchange: the mean over the ranks of one fragment's outer gradient, through a codec.
 //
 // DiLoCo exchanges rarely and much at a time, so each fragment is one flat vector and one
-// exchange; which collectives carry it depends on the codec's faces (compress/codec.h):
-//   additive (none, fp16)    the values pre-scaled by 1/W in the wire type, one ring
-//                            allreduce: 2(W-1)/W x n x (4 or 2) bytes on the wire per rank;
-//   shared scale (int8)      an allreduce-max of the block maxima, then an int8 allreduce of
-//                            floor(127/W) levels: 2(W-1)/W x n bytes, plus the maxima;
-//   messages (int4, bf16...) a reduce-scatter of payloads: the vector cut into W ranges,
-//                            range r encoded and sent to rank r (an alltoall), which decodes
-//                            and sums the W payloads of its range, encodes that mean again
-//                            and allgathers it; every rank decodes every range, its own too,
-//                            so all end bitwise equal. 2(W-1)/W x the payload per rank: 4-bit
-//                            codes cost an eighth of fp32's allreduce, not W-1 times a
-//                            payload as an allgather of payloads would.
-// Error feedback, where the codec has it, keeps per rank what its first encoding left out
-// (per range, for messages) and, on the owner of a range, what the second one left out.
-// Codecs with a low-rank face (PowerSGD) are refused: an outer gradient is exchanged once,
+// exchange:
+//   fp32 (none)          one ring allreduce of the values pre-scaled by 1/W: 2(W-1)/W x 4n
+//                        bytes on the wire per rank;
+//   any other codec      the reduce-scatter of codec_reduce_scatter.h (the one the
+//                        allreduce strategy's quantized buckets use): 2(W-1)/W payloads per
+//                        rank, summed in fp32, every level of the codec kept at any W; 4-bit
+//                        codes cost an eighth of fp32's allreduce.
+// Error feedback, where the codec has it, is the reduce-scatter's (per range, and on the
+// owner of a range for the mean). A rank whose codec refuses its outer gradient
+// (non-finite values) makes every rank throw the same error naming it. Low-rank codecs
+// (PowerSGD) are refused by DiLoCoOptions::check(): an outer gradient is exchanged once,
 // with no next step to warm-start from.
 #pragma once
 
@@ -28,13 +24,14 @@
 #include "gradwire/comm/cost_model.h"
 #include "gradwire/compress/codec.h"
 #include "gradwire/core/bytes.h"
+#include "gradwire/strategy/codec_reduce_scatter.h"
 
 namespace gradwire::strategy::diloco {
 
 class OuterExchange {
  public:
   // `name` names the fragment in errors and codec states. ConfigError for a codec that
-  // cannot be used (unknown, malformed, low-rank).
+  // does not exist or is malformed.
   OuterExchange(comm::Collectives& collectives, const std::string& codec, const std::string& name,
                 size_t numel);
 
@@ -50,30 +47,19 @@ class OuterExchange {
   // The codecs' states (error feedback's residuals), for checkpoints.
   void save_state(Bytes& out) const;
   void load_state(ByteReader& in);
+  // Whether states of DiLoCo's version 2 and before read here: fp32's (no state) only;
+  // every other codec's is now the reduce-scatter's (its residuals, not the codecs').
+  bool reads_version_2_state() const { return version_2_layout_; }
 
  private:
-  enum class Path { kAdditive, kSharedScale, kMessages };
-  void average_additive(std::span<float> values);
-  void average_shared_scale(std::span<float> values);
-  void average_messages(std::span<float> values);
-  size_t range_begin(int r) const;  // of rank r's range, in elements
-
   comm::Collectives& collectives_;
-  Path path_ = Path::kAdditive;
   size_t numel_ = 0;
-  std::unique_ptr<compress::Codec> codec_;  // additive and shared scale: the whole vector
-  // Messages: per range, this rank's first encoding; and the second one, of its own range.
-  std::vector<std::unique_ptr<compress::Codec>> first_;
-  std::unique_ptr<compress::Codec> second_;
-  // The predicted figures (constructor): per collective, bytes per rank.
-  uint64_t wire_bytes_ = 0;
-  double payload_bytes_ = 0;  // additive / shared scale: the wire buffer; messages: a range
-  double maxima_bytes_ = 0;   // shared scale
-  // Scratch, reused from call to call.
+  // fp32: the codec's additive face and its wire buffer; else the reduce-scatter.
+  std::unique_ptr<compress::Codec> fp32_;
   std::vector<uint8_t> wire_;
-  std::vector<float> maxima_, sum_;
-  std::vector<Bytes> to_, from_, gathered_;
-  Bytes own_;
+  std::unique_ptr<CodecReduceScatter> reduce_scatter_;
+  uint64_t wire_bytes_ = 0;
+  bool version_2_layout_ = true;
 };
 
 }  // namespace gradwire::strategy::diloco

@@ -1,0 +1,65 @@
+#!/usr/bin/python3
+"""The tables of int8_paths.sh: DIR/train/int8-PATH-wW-seedS.jsonl (the trainer's metrics,
+summary last) and DIR/steps/*/steps.jsonl (hook_side_by_side.py's).
+
+    int8_paths_table.py DIR
+
+First, per world size and path: the levels per sign, the final test accuracy, the training
+time and the bytes on the wire against dense fp32 (mean [min, max] over seeds); then the
+aggregate's error against the exact mean per window of steps. Prints Markdown.
+"""
+import glob
+import os
+import re
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+sys.path.insert(0, os.path.join(HERE, "..", "e2e"))
+sys.path.insert(0, HERE)
+from result_tables import last_summary, spread  # noqa: E402
+import hook_side_by_side_table  # noqa: E402
+
+PATHS = ("ring", "reduce-scatter")
+
+
+def training_table(directory):
+    runs = {}
+    for path in glob.glob(os.path.join(glob.escape(directory), "train", "int8-*-w*-seed*.jsonl")):
+        m = re.search(r"int8-(ring|reduce-scatter)-w(\d+)-seed(\d+)\.jsonl$", path)
+        s = last_summary(path) if m else None
+        if s:
+            runs.setdefault((int(m.group(2)), m.group(1)), {})[int(m.group(3))] = s
+    lines = ["| ranks | path | levels per sign | seeds | test accuracy (%) | training (s) | "
+             "on the wire / dense on the wire | ranks' parameters equal |",
+             "|---|---|---|---|---|---|---|---|"]
+    for world in sorted({w for w, _ in runs}):
+        for path in PATHS:
+            mine = runs.get((world, path))
+            if not mine:
+                continue
+            levels = 127 // world if path == "ring" else 127
+            wire = [s["bytes_on_wire"] / s["bytes_dense_on_wire"] for s in mine.values()
+                    if s.get("bytes_dense_on_wire")]
+            equal = all(len(set(s.get("param_checksums", []))) == 1 for s in mine.values())
+            lines.append(f"| {world} | {path} | {levels} | {len(mine)} "
+                         f"| {spread([s['test_accuracy'] for s in mine.values()], '.2f', 100)} "
+                         f"| {spread([s['train_s'] for s in mine.values()], '.1f')} "
+                         f"| {spread(wire, '.4f')} | {'yes' if equal else 'NO'} |")
+    return "\n".join(lines)
+
+
+def main(directory):
+    print("Training (loopback, the Fashion-MNIST CNN), mean [min, max] over seeds:\n")
+    print(training_table(directory))
+    rows = hook_side_by_side_table.load(os.path.join(directory, "steps"))
+    if rows:
+        print("\nThe aggregate's relative error against the exact mean, on the exact run's "
+              "gradients (hook_side_by_side.py), mean over each window's steps:\n")
+        print(hook_side_by_side_table.table(rows, [0, 10, 50, 200]))
+    return 0
+
+
+if __name__ == "__main__":
+    if len(sys.argv) != 2:
+        sys.exit("usage: int8_paths_table.py DIR")
+    sys.exit(main(sys.argv[1]))

@@ -1,0 +1,123 @@
+// AllreduceStrategy's reduce-scatter path: buckets of fp16, bf16, int8 or int4 averaged by
+// strategy/codec_reduce_scatter.h, summed in fp32 with every level of the codec.
+//
+// Which buckets take it (AllreduceOptions::quantized_path "auto"), the world being W:
+//  * int8 where its shared scale has fewer than kEnoughSharedScaleLevels levels per sign
+//    (floor(127 / W): 63 at 2 ranks, 31 at 4, 15 at 8, 7 at 16, none beyond 127): the
+//    reduce-scatter keeps 127 at any W for the same bytes on the wire;
+//  * otherwise where the cost model over AllreduceOptions::link predicts it faster than
+//    the bucket's own path: fp16's ring allreduce and int8's (about the same bytes and
+//    messages: the ring stays, as it has no second quantization), bf16's and int4's
+//    allgather of payloads (W-1 payloads per rank against 2(W-1)/W: the reduce-scatter
+//    from 3 ranks on, where the payloads outweigh its second round of messages).
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "gradwire/compress/registry.h"
+#include "gradwire/core/error.h"
+#include "gradwire/core/spec.h"
+#include "gradwire/strategy/allreduce/allreduce_bucket.h"
+#include "gradwire/strategy/allreduce/allreduce_strategy.h"
+
+namespace gradwire::strategy {
+namespace {
+
+// The shared scale's levels per sign below which int8 takes the reduce-scatter.
+constexpr int kEnoughSharedScaleLevels = 31;
+
+bool quantizer(compress::CodecId id) {
+  return id == compress::CodecId::kFp16 || id == compress::CodecId::kBf16 ||
+         id == compress::CodecId::kInt8 || id == compress::CodecId::kInt4;
+}
+
+}  // namespace
+
+bool AllreduceStrategy::takes_reduce_scatter(const std::vector<size_t>& tensors, size_t elements) {
+  const int world = collectives_.size();
+  if (world < 2 || tensors.empty() || elements == 0 || options_.quantized_path == "ring") {
+    return false;
+  }
+  compress::Codec& first = *codecs_[tensors.front()];
+  if (!quantizer(first.id())) return false;
+  const std::string spec = first.spec();
+  for (size_t k : tensors) {
+    if (codecs_[k]->spec() != spec) return false;  // one codec for the bucket's ranges
+  }
+  // Momentum correction lives in the tensors' own error feedback.
+  const Spec parsed = Spec::parse(spec);
+  if (const auto m = parsed.params.find("momentum");
+      m != parsed.params.end() && std::stod(m->second) > 0) {
+    return false;
+  }
+  if (options_.quantized_path == "reduce-scatter") return true;
+  auto* face = first.shared_scale();
+  if (face != nullptr && compress::shared_scale_levels(world) < kEnoughSharedScaleLevels) {
+    return true;
+  }
+  // The cost model: this path against the bucket's own.
+  const comm::LinkModel& link = options_.link;
+  const CodecReduceScatter probe(collectives_, spec, "<path probe>", elements);
+  double own = 0;
+  if (const auto wire = first.additive_wire()) {
+    own = comm::ring_allreduce_seconds(
+        link, static_cast<double>(elements * compress::wire_type_size(*wire)), world);
+  } else if (face != nullptr) {
+    size_t blocks = 0;
+    for (size_t k : tensors) blocks += codecs_[k]->shared_scale()->blocks();
+    own = comm::ring_allreduce_seconds(link, static_cast<double>(elements), world) +
+          comm::ring_allreduce_seconds(link, static_cast<double>(blocks * sizeof(float)), world);
+  } else {
+    // The allgather of the bucket's message: every tensor's payload behind its length.
+    double message = 0;
+    std::vector<float> zeros;
+    for (size_t k : tensors) {
+      auto codec = compress::create_codec(spec, tensors_[k]);
+      zeros.assign(tensors_[k].numel(), 0.0f);
+      Bytes payload;
+      codec->encode(zeros, payload);
+      message += static_cast<double>(payload.size() + sizeof(uint32_t));
+    }
+    own = comm::allgather_seconds(link, message, world);
+  }
+  return probe.predicted_seconds(link) < own;
+}
+
+std::pair<CodecReduceScatter*, size_t> AllreduceStrategy::reduce_scatter_of(size_t k) const {
+  for (const Bucket& bucket : buckets_) {
+    if (!bucket.reduce_scatter) continue;
+    for (size_t j = 0; j < bucket.tensors.size(); ++j) {
+      if (bucket.tensors[j] == k) return {bucket.reduce_scatter.get(), bucket.offsets[j]};
+    }
+  }
+  return {nullptr, 0};
+}
+
+void AllreduceStrategy::synchronize_reduce_scatter(Bucket& bucket, const FloatSpans& grads) {
+  for (size_t j = 0; j < bucket.tensors.size(); ++j) {
+    const auto& g = grads[bucket.tensors[j]];
+    std::copy(g.begin(), g.end(), bucket.flat.begin() + static_cast<ptrdiff_t>(bucket.offsets[j]));
+  }
+  // A rank whose codec refuses its values (non-finite) sends nothing and every rank gets
+  // zeros for the bucket; the step's status says it failed, naming the tensor here.
+  const auto refusing = bucket.reduce_scatter->average(bucket.flat);
+  const std::string& why = bucket.reduce_scatter->refused_here();
+  if (!refusing.empty() && !why.empty() && local_failure_.empty()) {
+    size_t culprit = bucket.tensors.front();
+    for (size_t k : bucket.tensors) {
+      const auto& g = grads[k];
+      if (std::any_of(g.begin(), g.end(), [](float v) { return !std::isfinite(v); })) {
+        culprit = k;
+        break;
+      }
+    }
+    local_failure_ = "encoding the gradient of '" + tensors_[culprit].name + "' failed: " + why;
+  }
+  for (size_t j = 0; j < bucket.tensors.size(); ++j) {
+    auto& g = grads[bucket.tensors[j]];
+    std::copy_n(bucket.flat.begin() + static_cast<ptrdiff_t>(bucket.offsets[j]), g.size(),
+                g.begin());
+  }
+}
+
+}  // namespace gradwire::strategy
