@@ -541,7 +541,8 @@ TEST(AutoTest, Int8IsLeftOutBeyond127RanksOnlyOnItsRing) {
   EXPECT_NE(runs[0].reasons[0].find("int8 left out"), std::string::npos) << runs[0].reasons[0];
   EXPECT_THROW(run_ranks(128, {.codec = "auto:plans=int8", .steps = 1, .quantized_path = "ring"}),
                ConfigError);
-  const auto scattered = run_ranks(128, {.codec = "auto:plans=int8", .steps = 2});
+  const auto scattered =
+      run_ranks(128, {.codec = "auto:plans=int8", .steps = 2, .rows = 4, .cols = 4});
   for (int r = 0; r < 128; ++r) {
     EXPECT_EQ(scattered[r].plan_per_step, std::vector<std::string>(2, "int8")) << "rank " << r;
     EXPECT_EQ(scattered[r].params, scattered[0].params) << "rank " << r;
