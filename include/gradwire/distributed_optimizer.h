@@ -256,8 +256,9 @@ struct DistributedOptions {
   // Buckets of fp16, bf16, int8 and int4 are averaged by their ring (fp16's and int8's
   // allreduce, bf16's and int4's allgather) or by a reduce-scatter that sums in fp32 and
   // keeps every level of the codec at any world size (int8's ring has floor(127 / W)
-  // levels per sign): "ring", "reduce-scatter", or "auto" (per bucket: the reduce-scatter
-  // where int8's ring has under 31 levels, else where the cost model predicts it faster).
+  // levels per sign): "ring", "reduce-scatter", or "auto" (per bucket: int8 where its ring
+  // has under 31 levels, beyond 4 ranks; bf16 and int4 where the cost model predicts it
+  // faster than their allgather; fp16 keeps its ring).
   std::string quantized_path = "auto";
   // The link the cost model assumes (sparse aggregation "auto", and the codec "auto",
   // which predicts each plan's exchange with it): bits per second through one rank's link,

@@ -82,9 +82,9 @@ class HookState:
             "dense".
         quantized_path: buckets of fp16, bf16, int8 and int4: "ring" (fp16's and int8's
             allreduce, bf16's and int4's allgather), "reduce-scatter" (summed in fp32,
-            every level of the codec kept at any world size) or "auto" (per bucket: the
-            reduce-scatter where int8's ring has under 31 levels, i.e. beyond 4 ranks,
-            else where the cost model predicts it faster).
+            every level of the codec kept at any world size) or "auto" (per bucket: int8
+            where its ring has under 31 levels, i.e. beyond 4 ranks; bf16 and int4 where
+            the cost model predicts it faster than their allgather; fp16 keeps its ring).
     """
 
     def __init__(self, codec="auto", *, process_group=None, model=None, optimizer=None,

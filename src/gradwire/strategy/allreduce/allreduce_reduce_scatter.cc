@@ -5,11 +5,12 @@
 //  * int8 where its shared scale has fewer than kEnoughSharedScaleLevels levels per sign
 //    (floor(127 / W): 63 at 2 ranks, 31 at 4, 15 at 8, 7 at 16, none beyond 127): the
 //    reduce-scatter keeps 127 at any W for the same bytes on the wire;
-//  * otherwise where the cost model over AllreduceOptions::link predicts it faster than
-//    the bucket's own path: fp16's ring allreduce and int8's (about the same bytes and
-//    messages: the ring stays, as it has no second quantization), bf16's and int4's
-//    allgather of payloads (W-1 payloads per rank against 2(W-1)/W: the reduce-scatter
-//    from 3 ranks on, where the payloads outweigh its second round of messages).
+//  * bf16 and int4 (no allreduce: their payloads are allgathered, W-1 a rank against the
+//    reduce-scatter's 2(W-1)/W) where the cost model over AllreduceOptions::link predicts
+//    it faster: from 3 ranks on, once the payloads outweigh its second round of messages;
+//  * fp16, and int8 with levels enough, keep their ring: the model gives both paths about
+//    the same bytes and messages, and the ring has no second rounding. (What Gloo's fp16
+//    sum costs in software the model leaves out: SCALING.md.)
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -51,36 +52,24 @@ bool AllreduceStrategy::takes_reduce_scatter(const std::vector<size_t>& tensors,
     return false;
   }
   if (options_.quantized_path == "reduce-scatter") return true;
-  auto* face = first.shared_scale();
-  if (face != nullptr && compress::shared_scale_levels(world) < kEnoughSharedScaleLevels) {
-    return true;
+  if (first.shared_scale() != nullptr) {
+    return compress::shared_scale_levels(world) < kEnoughSharedScaleLevels;
   }
-  // The cost model: this path against the bucket's own.
+  if (first.additive_wire()) return false;  // fp16
+  // bf16, int4: the cost model, this path against the allgather of the bucket's message
+  // (every tensor's payload behind its length).
   const comm::LinkModel& link = options_.link;
-  const CodecReduceScatter probe(collectives_, spec, "<path probe>", elements);
-  double own = 0;
-  if (const auto wire = first.additive_wire()) {
-    own = comm::ring_allreduce_seconds(
-        link, static_cast<double>(elements * compress::wire_type_size(*wire)), world);
-  } else if (face != nullptr) {
-    size_t blocks = 0;
-    for (size_t k : tensors) blocks += codecs_[k]->shared_scale()->blocks();
-    own = comm::ring_allreduce_seconds(link, static_cast<double>(elements), world) +
-          comm::ring_allreduce_seconds(link, static_cast<double>(blocks * sizeof(float)), world);
-  } else {
-    // The allgather of the bucket's message: every tensor's payload behind its length.
-    double message = 0;
-    std::vector<float> zeros;
-    for (size_t k : tensors) {
-      auto codec = compress::create_codec(spec, tensors_[k]);
-      zeros.assign(tensors_[k].numel(), 0.0f);
-      Bytes payload;
-      codec->encode(zeros, payload);
-      message += static_cast<double>(payload.size() + sizeof(uint32_t));
-    }
-    own = comm::allgather_seconds(link, message, world);
+  double message = 0;
+  std::vector<float> zeros;
+  for (size_t k : tensors) {
+    auto codec = compress::create_codec(spec, tensors_[k]);
+    zeros.assign(tensors_[k].numel(), 0.0f);
+    Bytes payload;
+    codec->encode(zeros, payload);
+    message += static_cast<double>(payload.size() + sizeof(uint32_t));
   }
-  return probe.predicted_seconds(link) < own;
+  const CodecReduceScatter probe(collectives_, spec, "<path probe>", elements);
+  return probe.predicted_seconds(link) < comm::allgather_seconds(link, message, world);
 }
 
 std::pair<CodecReduceScatter*, size_t> AllreduceStrategy::reduce_scatter_of(size_t k) const {

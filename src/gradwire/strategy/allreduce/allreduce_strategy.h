@@ -85,10 +85,11 @@ struct AllreduceOptions {
   bool ddp_bucket_rule = false;
   // Buckets of sparse codecs: "auto", or always "allgather", "split" or "dense".
   std::string sparse_aggregation = "auto";
-  // Buckets of fp16, bf16, int8 and int4: "auto" (per bucket: the reduce-scatter where
-  // int8's shared scale has too few levels for the world, else where the cost model over
-  // `link` predicts it cheaper), or always "reduce-scatter", or never ("ring": fp16's and
-  // int8's allreduce, bf16's and int4's allgather).
+  // Buckets of fp16, bf16, int8 and int4: "auto" (per bucket, allreduce_reduce_scatter.cc:
+  // int8 where its shared scale has too few levels for the world, bf16 and int4 where the
+  // cost model over `link` predicts it faster than their allgather), or always
+  // "reduce-scatter", or never ("ring": fp16's and int8's allreduce, bf16's and int4's
+  // allgather).
   std::string quantized_path = "auto";
   comm::LinkModel link;  // what "auto" predicts with (its default: 1 Gbit/s, 50 us)
   // The measured layout (see above): steps before the measurement, and steps measured
