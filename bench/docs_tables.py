@@ -56,6 +56,7 @@ GENERATORS = {
     "emulation-rho/results.md": ["emulation/rho_table.py", "../e2e-cnn-2hosts-100mbit-seeds",
                                  "../e2e-cnn-wide-2hosts-100mbit-seeds"],
     "codec-speed/results.md": ["codec_tables.py", "."],
+    "int8-paths/results.md": ["quality/int8_paths_table.py", "."],
     "powersgd-side-by-side/results.md": ["quality/hook_side_by_side_table.py", ".", "--windows",
                                          "0,2,10,50,200,384"],
     "link-rates/results.md": ["emulation/link_rates.py", ".", "20mbit", "1gbit", "10gbit",

@@ -161,7 +161,7 @@ def main():
     os.makedirs(args.out, exist_ok=True)
     for step in range(args.steps):
         at = (step % steps_per_epoch) * batch_size
-        batch = indices[at:at + batch_size]
+        batch = torch.as_tensor(indices[at:at + batch_size], dtype=torch.int64)
         plain.zero_grad(set_to_none=True)
         job.loss(plain, batch).backward()
         mean = {n: q.grad.detach().clone() for n, q in plain.named_parameters()}

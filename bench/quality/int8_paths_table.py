@@ -49,11 +49,13 @@ def training_table(directory):
 
 
 def main(directory):
-    print("Training (loopback, the Fashion-MNIST CNN), mean [min, max] over seeds:\n")
-    print(training_table(directory))
+    training = training_table(directory)
+    if training.count("\n") > 1:  # a row beyond the header's two lines
+        print("Training (loopback, the Fashion-MNIST CNN), mean [min, max] over seeds:\n")
+        print(training + "\n")
     rows = hook_side_by_side_table.load(os.path.join(directory, "steps"))
     if rows:
-        print("\nThe aggregate's relative error against the exact mean, on the exact run's "
+        print("The aggregate's relative error against the exact mean, on the exact run's "
               "gradients (hook_side_by_side.py), mean over each window's steps:\n")
         print(hook_side_by_side_table.table(rows, [0, 10, 50, 200]))
     return 0
