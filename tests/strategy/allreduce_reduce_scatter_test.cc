@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <limits>
 #include <random>
 
 #include "gradwire/comm/local_collectives.h"
@@ -210,6 +211,37 @@ TEST(AllreduceReduceScatter, AHeldTensorKeepsItsResidual) {
     }
   });
   for (int r = 0; r < world; ++r) EXPECT_EQ(held[r][1], reference[r][1]) << r;
+}
+
+// One rank's non-finite gradient on the reduce-scatter: that rank's failure names the
+// tensor, the others report none (the step's status tells them), and every rank's bucket
+// is zero, equal everywhere: no rank hangs and none sums the bad values.
+TEST(AllreduceReduceScatter, ANonFiniteGradientOnOneRankFailsItNamingTheTensor) {
+  const int world = 5;
+  std::vector<std::string> failures(world);
+  std::vector<Grads> outputs(world);
+  comm::run_local_ranks(world, 20s, [&](comm::Collectives& c) {
+    std::vector<std::vector<float>> params;
+    for (const auto& t : tensors()) params.emplace_back(t.numel(), 0.0f);
+    AllreduceStrategy s(c, {.codec = "int8", .quantized_path = "reduce-scatter"});
+    s.start(tensors(), spans(params));
+    Grads g = normal_grads(c.rank(), 0);
+    if (c.rank() == 3) g[2][7] = std::numeric_limits<float>::infinity();
+    s.synchronize(spans(g));
+    failures[c.rank()] = s.take_local_failure();
+    outputs[c.rank()] = g;
+  });
+  for (int r = 0; r < world; ++r) {
+    if (r == 3) {
+      EXPECT_NE(failures[r].find("'fc2.weight'"), std::string::npos) << failures[r];
+    } else {
+      EXPECT_EQ(failures[r], "") << r;
+    }
+    EXPECT_EQ(outputs[r], outputs[0]) << r;
+    for (const auto& t : outputs[r]) {
+      EXPECT_EQ(t, std::vector<float>(t.size(), 0.0f)) << r;
+    }
+  }
 }
 
 }  // namespace
