@@ -14,6 +14,7 @@
 #include "../common/forwarding_collectives.h"
 #include "gradwire/comm/local_collectives.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/statistics.h"
 #include "gradwire/strategy/registry.h"
 
 namespace gradwire::strategy {
@@ -111,6 +112,55 @@ TEST(ChoosePlanTest, ScoresPenaliseCompressingPlansAndTiesGoToTheFaithfulPlan) {
   EXPECT_EQ(choose_plan(with_int8, std::vector<double>{1590.9, 1049.2, 783.6, 509}, false, penalty),
             3u);
   EXPECT_EQ(choose_plan(with_int8, std::vector<double>{176, 124, 108, 96}, false, penalty), 2u);
+}
+
+TEST(ChoiceNoiseTest, AMediansStandardErrorComesFromTheSpreadAndIgnoresOneStall) {
+  // MAD of {10, 11, 12, 13, 14} about 12 is 1: sigma 1.4826, the median's standard error
+  // 1.2533 x 1.4826 / sqrt(5).
+  const double expected = 1.2533 * 1.4826 / std::sqrt(5.0);
+  EXPECT_NEAR(median_standard_error({10, 11, 12, 13, 14}), expected, 1e-12);
+  // One stalled step changes neither the median nor the MAD.
+  EXPECT_NEAR(median_standard_error({10, 11, 12, 13, 900}), expected, 1e-12);
+  EXPECT_EQ(median_standard_error({12}), 0.0);
+  EXPECT_EQ(median_standard_error({12, 12, 12}), 0.0);
+}
+
+TEST(ChoiceNoiseTest, AChoiceIsResolvedBeyondTwiceTheCombinedErrorOfItsScores) {
+  const std::vector<CodecPlan> plans = {make_codec_plan("none", 8), make_codec_plan("fp16", 8),
+                                        make_codec_plan("powersgd", 8)};
+  // fp16 (90 +- 1) over powersgd (84 x 1.2 = 100.8 +- 1.2): gap 10.8, noise
+  // 2 sqrt(1 + 1.44) = 3.12: resolved.
+  const std::vector<double> error = {3, 1, 1};
+  ChoiceNoise n = choice_noise(plans, std::vector<double>{120, 90, 84}, error, 1, false, 0.2, 5);
+  EXPECT_EQ(n.runner_up, 2u);
+  EXPECT_NEAR(n.gap_ms, 84 * 1.2 - 90, 1e-9);
+  EXPECT_NEAR(n.noise_ms, 2 * std::sqrt(1 + 1.44), 1e-9);
+  EXPECT_TRUE(n.known);
+  EXPECT_TRUE(n.resolved);
+  EXPECT_EQ(n.steps_to_resolve, 0u);
+  // fp16 (90 +- 4) over none (92 +- 3): gap 2, noise 10: not resolved; 5 steps a plan x
+  // (10 / 2)^2 = 125 would resolve it.
+  n = choice_noise(plans, std::vector<double>{92, 90, 200}, std::vector<double>{3, 4, 1}, 1, false,
+                   0.2, 5);
+  EXPECT_EQ(n.runner_up, 0u);
+  EXPECT_NEAR(n.gap_ms, 2, 1e-9);
+  EXPECT_FALSE(n.resolved);
+  EXPECT_EQ(n.steps_to_resolve, 125u);
+  // The tie rule kept none, 1 ms slower than fp16: a negative gap, judged by its size.
+  n = choice_noise(plans, std::vector<double>{91, 90, 200}, std::vector<double>{0.1, 0.1, 1}, 0,
+                   false, 0.2, 5);
+  EXPECT_EQ(n.runner_up, 1u);
+  EXPECT_NEAR(n.gap_ms, -1, 1e-9);
+  EXPECT_TRUE(n.resolved);
+  // An unknown error (a plan measured on one step): not resolved, never by this noise.
+  n = choice_noise(plans, std::vector<double>{92, 90, 200}, std::vector<double>{0, 4, 1}, 1, false,
+                   0.2, 5);
+  EXPECT_FALSE(n.known);
+  EXPECT_FALSE(n.resolved);
+  EXPECT_EQ(n.steps_to_resolve, ChoiceNoise::kNever);
+  // In a critical regime powersgd is no runner-up; alone, a plan has none.
+  n = choice_noise(plans, std::vector<double>{0, 90, 50}, error, 1, true, 0.2, 5);
+  EXPECT_EQ(n.runner_up, plans.size());
 }
 
 TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
@@ -609,6 +659,11 @@ TEST(AutoTest, APlanIsTimedOnTheBucketsItsLayoutProposesWhereThatCouldWin) {
     ASSERT_EQ(runs[r].decisions.size(), 1u) << "rank " << r;
     const std::string& reason = runs[r].reasons[0];
     EXPECT_EQ(runs[r].decisions[0].first, 21u) << reason;
+    // The verdict reports its noise: fp16's lead over none (about 158 ms a step) is far
+    // beyond their steps' spread.
+    EXPECT_NE(reason.find("standard error ms: none "), std::string::npos) << reason;
+    EXPECT_NE(reason.find("fp16 over none by "), std::string::npos) << reason;
+    EXPECT_NE(reason.find("(2 standard errors): resolved"), std::string::npos) << reason;
     EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
     EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
     // fp16's figure against this rank's own step times on its first layout (steps 1-5,
@@ -674,8 +729,25 @@ TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
     } catch (const PayloadError& e) {
       EXPECT_NE(std::string(e.what()).find("ADP3"), std::string::npos) << e.what();
     }
+    // A state of the format before (ADP4: no noise at its end) loads, the noise unknown.
+    Bytes older4(state.begin(), state.end() - static_cast<std::ptrdiff_t>(8 + 8 * 3));
+    const char tag4[4] = {'A', 'D', 'P', '4'};
+    std::memcpy(older4.data(), tag4, 4);
+    auto third = create_allreduce_strategy(c, {.codec = codec, .link = link});
+    third->start(tensors, param_spans);
+    ByteReader older4_reader(older4);
+    third->load_state(older4_reader);
+    older4_reader.expect_end("ADP4 state");
+    if (rank == 0) {
+      const auto resumed = third->take_decisions();
+      EXPECT_EQ(dynamic_cast<AdaptiveStrategy*>(third.get())->active_plan().name,
+                dynamic_cast<AdaptiveStrategy*>(first.get())->active_plan().name);
+      EXPECT_NE(resumed.back().reason.find("standard error ms: none - "), std::string::npos)
+          << resumed.back().reason;
+    }
     ByteReader reader(state);
     second->load_state(reader);
+    reader.expect_end("ADP5 state");
     auto* a = dynamic_cast<AdaptiveStrategy*>(first.get());
     auto* b = dynamic_cast<AdaptiveStrategy*>(second.get());
     saved_plan[rank] = a->active_plan().name + " " + a->active_plan().policy;

@@ -2,6 +2,7 @@
 #pragma once
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 namespace gradwire {
@@ -16,6 +17,19 @@ inline double median(std::vector<double> values) {
   const double lower =
       *std::max_element(values.begin(), values.begin() + static_cast<std::ptrdiff_t>(mid));
   return (lower + upper) / 2;
+}
+
+// The standard error of median(values), from the samples' spread: sigma estimated robustly
+// as 1.4826 x the median absolute deviation (a stalled step does not inflate it), and the
+// median's standard error of a normal sample, sqrt(pi / 2) sigma / sqrt(n). 0 for fewer
+// than 2 values.
+inline double median_standard_error(const std::vector<double>& values) {
+  if (values.size() < 2) return 0;
+  const double centre = median(values);
+  std::vector<double> deviations(values.size());
+  for (size_t i = 0; i < values.size(); ++i) deviations[i] = std::abs(values[i] - centre);
+  const double sigma = 1.4826 * median(std::move(deviations));
+  return 1.2533 * sigma / std::sqrt(static_cast<double>(values.size()));
 }
 
 }  // namespace gradwire

@@ -1,5 +1,5 @@
-// AdaptiveStrategy's checkpoint state (format ADP4): what a resumed job needs to go on
-// measuring and deciding as the uninterrupted job would.
+// AdaptiveStrategy's checkpoint state (format ADP5; ADP4 is read too): what a resumed job
+// needs to go on measuring and deciding as the uninterrupted job would.
 #include <memory>
 
 #include "gradwire/compress/policy.h"
@@ -10,13 +10,15 @@ namespace gradwire::strategy {
 
 // State: tag, plan count, the step, the agreed regime and the learning rate it is measured
 // against, the detector, auto's measurements and the trial in progress (its step times on
-// each layout), fit's state, policy and summary, then one section per plan with its
-// AllreduceStrategy's state (empty for a fit not built). The time of the last step's end
+// each layout), fit's state, policy and summary, one section per plan with its
+// AllreduceStrategy's state (empty for a fit not built), and (ADP5, not in ADP4) the
+// standard error of each plan's measurement. The time of the last step's end
 // is not state: the first step after a resume is not timed, as the first step of a job is
 // not.
 namespace {
 
-constexpr uint32_t kAdaptiveStateTag = 0x34504441;   // "ADP4"
+constexpr uint32_t kAdaptiveStateTag = 0x35504441;   // "ADP5"
+constexpr uint32_t kAdaptiveStateTag4 = 0x34504441;  // "ADP4": before the plans' noise
 constexpr uint32_t kAdaptiveStateTag3 = 0x33504441;  // "ADP3": before the proposal samples
 
 template <typename T>
@@ -71,6 +73,7 @@ void AdaptiveStrategy::save_state(Bytes& out) const {
     if (plan) plan->save_state(plan_state);
     put_section(out, plan_state);
   }
+  put_vector(writer, noise_ms_);
 }
 
 void AdaptiveStrategy::load_state(ByteReader& in) {
@@ -79,9 +82,9 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   if (tag == kAdaptiveStateTag3) {
     throw PayloadError("the checkpoint's " + options_.canonical +
                        " state is format ADP3, written by an older gradwire; this one reads "
-                       "ADP4: resume it with the gradwire that saved it");
+                       "ADP4 and ADP5: resume it with the gradwire that saved it");
   }
-  if (tag != kAdaptiveStateTag) {
+  if (tag != kAdaptiveStateTag && tag != kAdaptiveStateTag4) {
     throw PayloadError("the checkpoint holds no " + options_.canonical +
                        " state where one was expected (was it saved with another codec?)");
   }
@@ -149,6 +152,12 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
     if (plan) plan->load_state(section);
     section.expect_end("plan state");
   }
+  // ADP4 ends here: its plans' noise is unknown (0) until they are measured again.
+  auto noise = tag == kAdaptiveStateTag4 ? std::vector<double>(plans, 0.0)
+                                         : get_vector<double>(in, "measured noise ms", plans);
+  if (noise.size() != plans) {
+    throw PayloadError("the checkpoint's adaptive measurements do not fit " + options_.canonical);
+  }
   if (fit_ != kNoPlan) {  // the checkpoint's fit replaces whatever this process built
     predicted_ms_[fit_] =
         fit_plan ? 1e3 * fit_plan->predicted_exchange_seconds(base_.link).value_or(0.0) : 0.0;
@@ -164,6 +173,7 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   window_lr_ = has_lr ? std::optional<double>(lr) : std::nullopt;
   lr_changed_ = lr_changed;
   measured_ms_ = std::move(measured);
+  noise_ms_ = std::move(noise);
   trial_steps_of_ = std::move(trial_steps_of);
   ruled_out_ = std::move(ruled_out);
   trial_queue_.assign(queue.begin(), queue.end());

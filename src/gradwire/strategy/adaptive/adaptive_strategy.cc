@@ -172,6 +172,7 @@ void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
   grad_sq_.assign(tensors.size(), 0);
   grad_seen_.assign(tensors.size(), 0);
   measured_ms_.assign(options_.plans.size(), 0);
+  noise_ms_.assign(options_.plans.size(), 0);
   trial_steps_of_.assign(options_.plans.size(), 0);
   ruled_out_.assign(options_.plans.size(), 0);
   predicted_ms_.assign(options_.plans.size(), 0);
@@ -393,12 +394,17 @@ void AdaptiveStrategy::next_trial_plan() {
     // Every rank ran the plan for the same steps; the slowest rank's median is the step
     // time of the job, agreed now so that rule_out() decides alike on every rank. A plan
     // timed on two layouts counts by the faster: the one it keeps if its check agrees.
-    float agreed[2] = {static_cast<float>(median(samples_)),
-                       static_cast<float>(median(proposal_samples_))};
-    collectives_.allreduce_max(agreed, 2);
-    const float ms = agreed[1] > 0 ? std::min(agreed[0], agreed[1]) : agreed[0];
+    // Its noise: the largest standard error of any rank's median (the same layout's).
+    float agreed[4] = {static_cast<float>(median(samples_)),
+                       static_cast<float>(median(proposal_samples_)),
+                       static_cast<float>(median_standard_error(samples_)),
+                       static_cast<float>(median_standard_error(proposal_samples_))};
+    collectives_.allreduce_max(agreed, 4);
+    const bool by_proposal = agreed[1] > 0 && agreed[1] < agreed[0];
+    const float ms = by_proposal ? agreed[1] : agreed[0];
     if (ms > 0) {
       measured_ms_[trial_queue_[trial_pos_]] = ms;
+      noise_ms_[trial_queue_[trial_pos_]] = by_proposal ? agreed[3] : agreed[2];
       trial_steps_of_[trial_queue_[trial_pos_]] = trial_steps_;
     }
   }
@@ -463,6 +469,45 @@ bool AdaptiveStrategy::build_fit() {
   trial_queue_.push_back(fit_);
   trial_pos_ = trial_queue_.size() - 1;
   return true;
+}
+
+void AdaptiveStrategy::report_noise(size_t plan, std::string& reason, std::string& json) const {
+  std::string per_plan, per_plan_json;
+  for (size_t p = 0; p < options_.plans.size(); ++p) {
+    if (!(measured_ms_[p] > 0)) continue;
+    const std::string value = noise_ms_[p] > 0 ? format_tenths(noise_ms_[p]) : "null";
+    per_plan += " " + options_.plans[p].name + " " + (noise_ms_[p] > 0 ? value : "-");
+    per_plan_json +=
+        (per_plan_json.empty() ? "\"" : ",\"") + options_.plans[p].name + "\":" + value;
+  }
+  json += ",\"noise_ms\":{" + per_plan_json + "}";
+  const ChoiceNoise noise = choice_noise(options_.plans, candidates(), noise_ms_, plan, critical_,
+                                         options_.penalty, options_.trial);
+  if (noise.runner_up >= options_.plans.size()) return;
+  const CodecPlan& runner = options_.plans[noise.runner_up];
+  reason += "; standard error ms:" + per_plan + "; " + options_.plans[plan].name + " over " +
+            runner.name + " by " + format_tenths(noise.gap_ms) + " ms a step (scores), noise " +
+            format_tenths(noise.noise_ms) + " ms (2 standard errors): ";
+  json += ",\"runner_up\":\"" + runner.name + "\",\"gap_ms\":" + format_parameter(noise.gap_ms) +
+          ",\"gap_noise_ms\":" + format_parameter(noise.noise_ms) +
+          ",\"resolved\":" + (noise.resolved ? "true" : "false");
+  if (noise.resolved) {
+    reason += "resolved";
+    return;
+  }
+  const bool never = noise.steps_to_resolve == ChoiceNoise::kNever;
+  reason += "not resolved";
+  if (!never)
+    reason +=
+        ", about " + std::to_string(noise.steps_to_resolve) + " steps a plan would resolve it";
+  json += ",\"steps_to_resolve\":" +
+          (never ? std::string("null") : std::to_string(noise.steps_to_resolve));
+  // Where the timing cannot tell them apart, what the cost model says of the two.
+  const auto predicted = [&](size_t p) {
+    return predicted_ms_[p] > 0 ? format_tenths(predicted_ms_[p]) + " ms" : std::string("unknown");
+  };
+  reason += "; the cost model's exchange: " + options_.plans[plan].name + " " + predicted(plan) +
+            ", " + runner.name + " " + predicted(noise.runner_up);
 }
 
 bool AdaptiveStrategy::carry_status(std::span<float> status) {
@@ -561,6 +606,7 @@ void AdaptiveStrategy::decide(size_t plan, const std::string& why) {
       reason += "; fit: " + fit_summary_;
       json += ",\"fit\":\"" + fit_summary_ + "\"";
     }
+    report_noise(plan, reason, json);
   }
   json += "}";
   d.reason = std::move(reason);

@@ -15,6 +15,11 @@
 //     Not when the first layout's median, less the saving the layout's model predicts
 //     (more than the check measured, in every run so far), is still no faster than the
 //     fastest plan measured.
+//     Each decision reports its noise: every plan's standard error (from its steps' spread),
+//     whether the chosen plan's lead over the runner-up exceeds twice their combined
+//     error, and where it does not, about how many steps a plan would resolve it and what
+//     the cost model predicts for the two (choice_noise(), codec_plan.h). The choice is
+//     the scores' alone: a ranking within the noise is reported, not changed.
 //     Plans that compress are charged `penalty`
 //     for the steps they may cost and are not used in a critical regime (Accordion's
 //     RegimeDetector over the gradient norm). It measures again every
@@ -149,6 +154,8 @@ class AdaptiveStrategy : public Strategy {
   std::vector<double> candidates() const;
   // Makes `plan` active from the next step and records why.
   void decide(size_t plan, const std::string& why);
+  // auto: appends the noise of the choice of `plan` (choice_noise()) to a decision.
+  void report_noise(size_t plan, std::string& reason, std::string& json) const;
 
   comm::Collectives& collectives_;
   AdaptiveOptions options_;
@@ -189,6 +196,7 @@ class AdaptiveStrategy : public Strategy {
   std::vector<double> predicted_ms_;      // per plan: the model's exchange ms/step; 0: unknown
   std::string left_out_;                  // plans that cannot run at this world, and why
   std::vector<double> measured_ms_;       // agreed median ms/step per plan; 0: not measured
+  std::vector<double> noise_ms_;          // its agreed standard error (ms); 0: unknown
   std::vector<uint64_t> trial_steps_of_;  // per plan: steps its last measurement ran
   std::vector<uint8_t> ruled_out_;        // per plan: ruled out by the model in the last trial
   std::vector<size_t> trial_queue_;       // plans of the trial in progress (empty: none)

@@ -1,5 +1,8 @@
 #include "gradwire/strategy/adaptive/codec_plan.h"
 
+#include <algorithm>
+#include <cmath>
+
 #include "gradwire/core/error.h"
 #include "gradwire/core/spec.h"
 
@@ -38,6 +41,42 @@ size_t choose_plan(std::span<const CodecPlan> plans, std::span<const double> ste
     }
   }
   return best;
+}
+
+ChoiceNoise choice_noise(std::span<const CodecPlan> plans, std::span<const double> step_ms,
+                         std::span<const double> standard_error_ms, size_t chosen, bool critical,
+                         double penalty, size_t trial) {
+  ChoiceNoise out;
+  out.runner_up = plans.size();
+  const size_t n = std::min({plans.size(), step_ms.size(), standard_error_ms.size()});
+  if (chosen >= n || !(step_ms[chosen] > 0)) return out;
+  const auto factor = [&](size_t p) { return plans[p].compresses ? 1 + penalty : 1.0; };
+  double runner_score = 0;
+  for (size_t p = 0; p < n; ++p) {
+    if (p == chosen || !(step_ms[p] > 0) || (critical && plans[p].compresses)) continue;
+    const double score = factor(p) * step_ms[p];
+    if (out.runner_up == plans.size() || score < runner_score) {
+      out.runner_up = p;
+      runner_score = score;
+    }
+  }
+  if (out.runner_up == plans.size()) return out;
+  const size_t r = out.runner_up;
+  out.gap_ms = runner_score - factor(chosen) * step_ms[chosen];
+  const double ec = factor(chosen) * standard_error_ms[chosen];
+  const double er = factor(r) * standard_error_ms[r];
+  out.known = standard_error_ms[chosen] > 0 && standard_error_ms[r] > 0;
+  out.noise_ms = 2 * std::sqrt(ec * ec + er * er);
+  out.resolved = out.known && std::abs(out.gap_ms) > out.noise_ms;
+  if (out.resolved) return out;
+  if (!out.known || out.gap_ms == 0) {
+    out.steps_to_resolve = ChoiceNoise::kNever;
+  } else {
+    const double ratio = out.noise_ms / out.gap_ms;
+    out.steps_to_resolve = static_cast<size_t>(
+        std::ceil(static_cast<double>(std::max<size_t>(trial, 1)) * ratio * ratio));
+  }
+  return out;
 }
 
 }  // namespace gradwire::strategy

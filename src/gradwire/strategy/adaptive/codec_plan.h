@@ -43,4 +43,27 @@ inline constexpr double kPlanTie = 0.02;
 size_t choose_plan(std::span<const CodecPlan> plans, std::span<const double> step_ms, bool critical,
                    double penalty, double tie = kPlanTie);
 
+// How far the trial's noise lets a choice be trusted. The chosen plan c is compared with
+// the runner-up r, the other allowed and measured plan of the smallest score (scores as
+// choose_plan's, s_p = f_p step_ms_p with f_p = 1 + penalty for a plan that compresses):
+//     gap   = s_r - s_c            (negative where the tie kept an earlier, slower plan)
+//     noise = 2 sqrt((f_c e_c)^2 + (f_r e_r)^2)
+// where e_p is the standard error of plan p's measured figure (its median over `trial`
+// steps). The ranking is resolved when |gap| > noise (about 95% for normal step times).
+// Otherwise the standard errors shrink as 1/sqrt(n), so about
+//     steps_to_resolve = ceil(trial (noise / gap)^2)
+// steps per plan would resolve it; none (kNever) when the gap is 0 or a noise is unknown.
+struct ChoiceNoise {
+  static constexpr size_t kNever = static_cast<size_t>(-1);
+  size_t runner_up = 0;  // plans.size(): no other plan allowed and measured
+  double gap_ms = 0;
+  double noise_ms = 0;
+  bool known = false;  // both standard errors measured (> 0)
+  bool resolved = false;
+  size_t steps_to_resolve = 0;  // 0 when resolved
+};
+ChoiceNoise choice_noise(std::span<const CodecPlan> plans, std::span<const double> step_ms,
+                         std::span<const double> standard_error_ms, size_t chosen, bool critical,
+                         double penalty, size_t trial);
+
 }  // namespace gradwire::strategy
