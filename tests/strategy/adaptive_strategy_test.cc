@@ -667,13 +667,16 @@ TEST(AutoTest, APlanIsTimedOnTheBucketsItsLayoutProposesWhereThatCouldWin) {
     EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
     EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
     // fp16's figure against this rank's own step times on its first layout (steps 1-5,
-    // 7, 9, 11, 13): at least half the saving below their median (sanitizers slow both).
+    // 7, 9, 11, 13): below their median, so it is the proposal's (the first layout's
+    // figure is the largest of the ranks' medians of those steps, at least this one's).
+    // How far below is timing: about 52 ms here alone, 8 ms under ASan on 2 cores with
+    // two busy loops beside it.
     const auto at = reason.find(" fp16 ");  // "ms/step measured: none X fp16 Y; ..."
     ASSERT_NE(at, std::string::npos) << reason;
     std::vector<double> first;
     for (int s : {1, 2, 3, 4, 5, 7, 9, 11, 13}) first.push_back(runs[r].step_ms[s]);
     std::nth_element(first.begin(), first.begin() + 4, first.end());
-    EXPECT_LT(std::stod(reason.substr(at + 6)), first[4] - 26.0) << reason;
+    EXPECT_LT(std::stod(reason.substr(at + 6)), first[4] - 0.5) << reason;
     // Step 0 (fp16): b.weight's aggregate is the mean of the ranks' inputs, to fp16's
     // rounding.
     ASSERT_EQ(runs[r].first_aggregate.size(), inputs[0].size());
