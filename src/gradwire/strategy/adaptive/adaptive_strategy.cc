@@ -451,11 +451,8 @@ bool AdaptiveStrategy::build_fit() {
   setting.world = collectives_.size();
   setting.first_bucket_bytes = base_.first_bucket_bytes;
   setting.bucket_bytes = base_.bucket_bytes;
-  double fastest = 0;  // ms, agreed
-  for (size_t p = 0; p < measured_ms_.size(); ++p) {
-    if (measured_ms_[p] > 0 && (fastest == 0 || measured_ms_[p] < fastest))
-      fastest = measured_ms_[p];
-  }
+  // The fastest agreed step of the plans still in the running, as rule_out() takes it.
+  const double fastest = fastest_measured_ms();
   FitProposal proposal = propose_fit(tensors_, ready_s, rungs, setting, kPlanTie * fastest);
   if (!proposal.why_not.empty()) {
     fit_state_ = FitState::kUniform;
