@@ -36,6 +36,13 @@ Grads normal_grads(int rank, int step) {
   return g;
 }
 
+// The model's parameters, zero on every rank.
+Grads zero_params() {
+  Grads params;
+  for (const auto& t : tensors()) params.emplace_back(t.numel(), 0.0f);
+  return params;
+}
+
 FloatSpans spans(Grads& g) {
   FloatSpans out;
   for (auto& t : g) out.emplace_back(t);
@@ -51,8 +58,7 @@ struct Aggregates {
 Aggregates run(int world, AllreduceOptions options, int steps = 1) {
   Aggregates r{std::vector<Grads>(world), std::vector<Grads>(world), {}};
   comm::run_local_ranks(world, 60s, [&](comm::Collectives& c) {
-    std::vector<std::vector<float>> params;
-    for (const auto& t : tensors()) params.emplace_back(t.numel(), 0.0f);
+    Grads params = zero_params();
     AllreduceStrategy s(c, options);
     s.start(tensors(), spans(params));
     for (int step = 0; step < steps; ++step) {
@@ -124,8 +130,7 @@ TEST(AllreduceReduceScatter, ErrorFeedbackCarriesTheResidual) {
   std::vector<Grads> sums(world);
   std::vector<Grads> inputs(world);
   comm::run_local_ranks(world, 60s, [&](comm::Collectives& c) {
-    std::vector<std::vector<float>> params;
-    for (const auto& t : tensors()) params.emplace_back(t.numel(), 0.0f);
+    Grads params = zero_params();
     AllreduceStrategy s(c, {.codec = "int4", .quantized_path = "reduce-scatter"});
     s.start(tensors(), spans(params));
     inputs[c.rank()] = normal_grads(c.rank(), 0);
@@ -149,8 +154,7 @@ TEST(AllreduceReduceScatter, CheckpointResumesExactly) {
   const int world = 6;
   std::vector<Grads> straight(world), resumed(world);
   comm::run_local_ranks(world, 60s, [&](comm::Collectives& c) {
-    std::vector<std::vector<float>> params;
-    for (const auto& t : tensors()) params.emplace_back(t.numel(), 0.0f);
+    Grads params = zero_params();
     const AllreduceOptions o{.codec = "int8", .quantized_path = "reduce-scatter"};
     AllreduceStrategy a(c, o);
     a.start(tensors(), spans(params));
@@ -183,8 +187,7 @@ TEST(AllreduceReduceScatter, AHeldTensorKeepsItsResidual) {
   const int world = 5;
   std::vector<Grads> held(world), reference(world);
   comm::run_local_ranks(world, 60s, [&](comm::Collectives& c) {
-    std::vector<std::vector<float>> params;
-    for (const auto& t : tensors()) params.emplace_back(t.numel(), 0.0f);
+    Grads params = zero_params();
     // fc2.weight (1600 B) closes the first bucket, fc1.bias (160 B) cannot join fc1.weight.
     const AllreduceOptions o{.codec = "int8",
                              .bucket_bytes = 1000,
@@ -221,8 +224,7 @@ TEST(AllreduceReduceScatter, ANonFiniteGradientOnOneRankFailsItNamingTheTensor) 
   std::vector<std::string> failures(world);
   std::vector<Grads> outputs(world);
   comm::run_local_ranks(world, 20s, [&](comm::Collectives& c) {
-    std::vector<std::vector<float>> params;
-    for (const auto& t : tensors()) params.emplace_back(t.numel(), 0.0f);
+    Grads params = zero_params();
     AllreduceStrategy s(c, {.codec = "int8", .quantized_path = "reduce-scatter"});
     s.start(tensors(), spans(params));
     Grads g = normal_grads(c.rank(), 0);
