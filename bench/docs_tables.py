@@ -59,6 +59,12 @@ GENERATORS = {
     "int8-paths/results.md": ["quality/int8_paths_table.py", "."],
     "e2e-gpt-4hosts-10mbit-tuning-2epochs-seed100/crossings.md": [
         "e2e/crossings.py", ".", "2.10", "1.93", "1.85", "1.80", "1.75", "1.70"],
+    "e2e-gpt-4hosts-10mbit-tuning-2epochs-seeds101-102/crossings.md": [
+        "e2e/crossings.py", ".", "2.10", "1.93", "1.85", "1.80", "1.75", "1.70"],
+    "e2e-gpt-4hosts-10mbit-tuning-2epochs-seeds101-102/choice.md": [
+        "e2e/tuning_choice.py", "../e2e-gpt-4hosts-10mbit-tuning-2epochs-seed100", "."],
+    "e2e-cnn-wide-4hosts-10mbit-tuning-seeds-h/choice.md": [
+        "e2e/tuning_choice.py", "../e2e-cnn-wide-4hosts-10mbit-tuning-seeds", "."],
     "powersgd-side-by-side/results.md": ["quality/hook_side_by_side_table.py", ".", "--windows",
                                          "0,2,10,50,200,384"],
     "link-rates/results.md": ["emulation/link_rates.py", ".", "20mbit", "1gbit", "10gbit",

@@ -19,7 +19,9 @@ import plot_e2e  # noqa: E402
 ROWS = [
     ("e2e-cnn-2hosts-100mbit-seeds", 2, "int8", "int8 + error feedback"),
     ("e2e-cnn-2hosts-100mbit-seeds", 2, "auto", "auto (the default)"),
-    ("e2e-gpt-4hosts-100mbit-seeds", 4, "auto", "auto (the default)"),
+    ("e2e-gpt-4hosts-100mbit-powersgd-parity-seeds", 4, "auto", "auto (the default)"),
+    ("e2e-gpt-4hosts-100mbit-powersgd-parity-seeds", 4, "powersgd",
+     "PowerSGD rank 16, as DDP's hook runs it"),
     ("e2e-gpt-4hosts-10mbit-diloco-seeds", 4, "diloco:inner_steps=auto",
      "DiLoCo, 4-bit, auto H (before issue 45's protocol)"),
     ("e2e-cnn-wide-4hosts-10mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=96",
