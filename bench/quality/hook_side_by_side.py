@@ -7,7 +7,7 @@
         --hooks torch:powersgd:rank=16,start=2,min_rate=2 \\
                 gradwire:powersgd:rank=16,start=2,min_rate=2
 
-Every rank holds one copy of the model (bench/peers/ddp_peer.py's, the same weights) per
+Every rank holds one copy of the model (bench/peers/peer_jobs.py's, the same weights) per
 hook and a plain one. Each step every copy runs forward and backward on the rank's batch
 (the trainer's shard and batches), so every hook sees the same local gradients; the plain
 copy's, allreduced in fp32, are the exact mean. Then every copy takes the exact mean's
@@ -44,7 +44,7 @@ from torch.distributed.algorithms.ddp_comm_hooks import powerSGD_hook
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "peers"))
-import ddp_peer  # noqa: E402  (the models, data, shard, recipe and optimizer)
+import peer_jobs  # noqa: E402  (the models, data, shard, recipe and optimizer)
 
 
 def parse_hook(text):
@@ -119,8 +119,8 @@ def main():
     p.add_argument("--model", default="gpt", choices=["gpt", "cnn", "cnn-wide"])
     p.add_argument("--hooks", nargs="+", required=True)
     p.add_argument("--initial-weights", help="gpt's, from gradwire train --save-initial-weights")
-    p.add_argument("--corpus", default=ddp_peer.BIBLE_CORPUS)
-    p.add_argument("--data-dir", default=ddp_peer.FASHION_MNIST_DIR)
+    p.add_argument("--corpus", default=peer_jobs.BIBLE_CORPUS)
+    p.add_argument("--data-dir", default=peer_jobs.FASHION_MNIST_DIR)
     p.add_argument("--steps", type=int, default=200)
     p.add_argument("--schedule-steps", type=int, default=0,
                    help="the recipe's run length (default: one epoch)")
@@ -140,22 +140,22 @@ def main():
         model=args.model, corpus=args.corpus, data_dir=args.data_dir,
         train_limit=args.train_limit or (12288 if gpt else 0), test_limit=0, optimizer=None,
         lr=None, momentum=None, weight_decay=None, schedule=None, warmup=None, clip_norm=None)
-    job = ddp_peer.TextJob(job_args, root=False) if gpt else ddp_peer.ImageJob(job_args, False)
-    recipe = ddp_peer.recipe(job_args)
+    job = peer_jobs.TextJob(job_args, root=False) if gpt else peer_jobs.ImageJob(job_args, False)
+    recipe = peer_jobs.recipe(job_args)
     torch.manual_seed(args.seed)
-    plain = ddp_peer.make_model(args.model)
+    plain = peer_jobs.make_model(args.model)
     if args.initial_weights:
-        ddp_peer.load_initial_weights(plain, args.initial_weights)
+        peer_jobs.load_initial_weights(plain, args.initial_weights)
     hooks = [parse_hook(h) for h in args.hooks]
     # One bucket for torch's PowerSGD (its first bucket too).
     dist._DEFAULT_FIRST_BUCKET_BYTES = 1 << 30
     copies = [copy.deepcopy(plain) for _ in hooks]
     nets = [register(m, h, args.seed) for m, h in zip(copies, hooks)]
-    optimizer = ddp_peer.make_optimizer(recipe, plain, job.no_decay())
+    optimizer = peer_jobs.make_optimizer(recipe, plain, job.no_decay())
     adamw = recipe["optimizer"] == "adamw"
     names = [n for n, _ in plain.named_parameters()]
     names_by_id = {id(q): n for n, q in plain.named_parameters()}
-    indices = ddp_peer.shard(job.train_size(), rank, world, args.seed, 0)
+    indices = peer_jobs.shard(job.train_size(), rank, world, args.seed, 0)
     steps_per_epoch = len(indices) // batch_size
     schedule_steps = args.schedule_steps or steps_per_epoch
     os.makedirs(args.out, exist_ok=True)
@@ -168,7 +168,7 @@ def main():
         for n in names:
             dist.all_reduce(mean[n])
             mean[n] /= world
-        lr = ddp_peer.lr_at(recipe, step, schedule_steps)
+        lr = peer_jobs.lr_at(recipe, step, schedule_steps)
         exact = clipped(mean, recipe["clip_norm"])
         exact_update = adam_step(optimizer, names_by_id, exact, lr) if adamw else None
         line = {"step": step, "label": args.label, "model": args.model, "world": world,

@@ -22,7 +22,8 @@ contains() {  # contains DEB PATH...
   for path in "$@"; do grep -qx "./$path" "$work/list" || fail "$(basename "$deb") lacks /$path"; done
 }
 contains "$runtime" usr/bin/gradwire usr/libexec/gradwire/ddp_peer.py \
-  usr/libexec/gradwire/local_updates.py usr/libexec/gradwire/bucket_order.py
+  usr/libexec/gradwire/peer_jobs.py usr/libexec/gradwire/local_updates.py \
+  usr/libexec/gradwire/bucket_order.py
 contains "$dev" usr/include/gradwire/gradwire.h usr/include/gradwire/version.h \
   usr/lib/libgradwire.a usr/lib/cmake/gradwire/gradwireConfig.cmake \
   usr/share/doc/gradwire/examples/CMakeLists.txt

@@ -3,11 +3,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 
 #include "gradwire/compress/codec.h"
 #include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/number_text.h"
 #include "gradwire/core/spec.h"
 #include "gradwire/core/timeline.h"
 #include "gradwire/strategy/adaptive/fit_plan.h"
@@ -16,33 +16,6 @@
 namespace gradwire::strategy {
 namespace {
 
-std::vector<std::string> split_plans(const std::string& text) {
-  std::vector<std::string> out;
-  size_t start = 0;
-  while (start <= text.size()) {
-    const auto slash = text.find('/', start);
-    out.push_back(
-        text.substr(start, slash == std::string::npos ? std::string::npos : slash - start));
-    if (slash == std::string::npos) break;
-    start = slash + 1;
-  }
-  return out;
-}
-
-// "%.1f": times in ms, changes in percent.
-std::string format_tenths(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f", value);
-  return text;
-}
-
-// "%g": parameters in the canonical spec, so that 0.50 and 0.5 read the same.
-std::string format_parameter(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", value);
-  return text;
-}
-
 double squared_norm(std::span<const float> values) {
   double total = 0;
   for (float v : values) total += static_cast<double>(v) * v;
@@ -50,69 +23,6 @@ double squared_norm(std::span<const float> values) {
 }
 
 }  // namespace
-
-bool AdaptiveOptions::matches(const std::string& text) {
-  const std::string name = text.substr(0, text.find(':'));
-  return name == "auto" || name == "accordion";
-}
-
-AdaptiveOptions AdaptiveOptions::parse(const std::string& text) {
-  const Spec spec = Spec::parse(text);
-  SpecReader reader(spec, "codec");
-  AdaptiveOptions o;
-  const int default_rank = spec.name == "accordion" ? AdaptiveOptions::kAccordionRank : o.rank;
-  o.rank = static_cast<int>(reader.get_int_in("rank", default_rank, 1, 1024));
-  o.window = static_cast<size_t>(reader.get_int_in("window", 50, 1, 1'000'000));
-  o.eta = reader.get_double_in("eta", o.eta, 1e-6, 1e6);
-  Spec canonical{spec.name, {}};
-  canonical.params["rank"] = std::to_string(o.rank);
-  canonical.params["window"] = std::to_string(o.window);
-  canonical.params["eta"] = format_parameter(o.eta);
-  if (spec.name == "auto") {
-    o.mode = Mode::kAuto;
-    const std::string plans = reader.get_string("plans", "none/fp16/int8/powersgd");
-    for (const auto& name : split_plans(plans)) {
-      for (const auto& plan : o.plans) {
-        if (plan.name == name) throw ConfigError("codec auto: plan '" + name + "' listed twice");
-      }
-      o.plans.push_back(make_codec_plan(name, o.rank));
-    }
-    const auto rungs = std::count_if(o.plans.begin(), o.plans.end(),
-                                     [](const CodecPlan& p) { return p.uniform_exact(); });
-    const bool fit = std::any_of(o.plans.begin(), o.plans.end(),
-                                 [](const CodecPlan& p) { return p.per_bucket; });
-    if (fit && rungs < 2) {
-      throw ConfigError(
-          "codec auto: plan fit chooses per bucket between the plans none, fp16, "
-          "bf16 and int8 listed with it; plans '" +
-          plans + "' list fewer than two");
-    }
-    o.penalty = reader.get_double_in("penalty", o.penalty, 0, 100);
-    o.trial = static_cast<size_t>(reader.get_int_in("trial", 5, 1, 10'000));
-    o.reprobe = static_cast<size_t>(reader.get_int_in("reprobe", 2000, 0, 1'000'000'000));
-    o.prune = reader.get_double_in("prune", o.prune, 0, 1e6);
-    canonical.params["plans"] = plans;
-    canonical.params["penalty"] = format_parameter(o.penalty);
-    canonical.params["trial"] = std::to_string(o.trial);
-    canonical.params["reprobe"] = std::to_string(o.reprobe);
-    canonical.params["prune"] = format_parameter(o.prune);
-  } else if (spec.name == "accordion") {
-    o.mode = Mode::kAccordion;
-    const std::string critical = reader.get_string("critical", "fp16");
-    const std::string normal = reader.get_string("normal", "powersgd");
-    o.plans = {make_codec_plan(critical, o.rank), make_codec_plan(normal, o.rank)};
-    if (o.plans[0].per_bucket || o.plans[1].per_bucket) {
-      throw ConfigError("codec accordion: plan fit is auto's (it is built from auto's trials)");
-    }
-    canonical.params["critical"] = critical;
-    canonical.params["normal"] = normal;
-  } else {
-    throw ConfigError("'" + spec.name + "' is not an adaptive codec (auto, accordion)");
-  }
-  reader.finish();
-  o.canonical = canonical.to_string();
-  return o;
-}
 
 AdaptiveStrategy::AdaptiveStrategy(comm::Collectives& collectives, AdaptiveOptions options,
                                    AllreduceOptions base)

@@ -64,40 +64,13 @@
 #include <vector>
 
 #include "gradwire/comm/collectives.h"
+#include "gradwire/strategy/adaptive/adaptive_options.h"
 #include "gradwire/strategy/adaptive/codec_plan.h"
 #include "gradwire/strategy/adaptive/regime_detector.h"
 #include "gradwire/strategy/allreduce/allreduce_strategy.h"
 #include "gradwire/strategy/strategy.h"
 
 namespace gradwire::strategy {
-
-struct AdaptiveOptions {
-  enum class Mode { kAuto, kAccordion };
-  Mode mode = Mode::kAuto;
-  // auto: the candidates, most faithful first; accordion: {critical plan, normal plan}.
-  std::vector<CodecPlan> plans;
-  // PowerSGD's rank in the powersgd plan: 8 for auto (on cnn-wide at 100 Mbit rank 8 costs
-  // the step of rank 2 and converges per step like int8, rank 2 does not), 2 for accordion
-  // (the rank of Accordion's own experiments). docs/RESULTS.md, issue 10.
-  int rank = 8;
-  static constexpr int kAccordionRank = 2;
-  // auto: score factor of plans that compress, a margin for steps they may cost. 0.2:
-  // rank-8 PowerSGD reached 88% at the same evaluation as int8 on cnn and on cnn-wide at
-  // 100 Mbit (step 470 of 705, one run each) but ended 0.6 and 1.3 points lower; rank 2
-  // needed 1.65x int8's steps on cnn-wide (0.65 was its penalty). docs/RESULTS.md, issue 10.
-  double penalty = 0.2;
-  size_t trial = 5;       // auto: measured steps per plan (after one warm-up step)
-  size_t window = 50;     // steps per regime window
-  double eta = 0.5;       // relative change of the gradient norm that makes a regime critical
-  size_t reprobe = 2000;  // auto: steps between measurements (0: only when a regime asks)
-  double prune = 2;       // auto: rule out plans predicted slower than this x the best step
-  std::string canonical;  // every key spelled out, e.g. "auto:eta=0.5,penalty=0.2,..."
-
-  // True for specs named auto or accordion.
-  static bool matches(const std::string& text);
-  // Throws ConfigError for unknown keys or plans, and out-of-range values.
-  static AdaptiveOptions parse(const std::string& text);
-};
 
 class AdaptiveStrategy : public Strategy {
  public:

@@ -2,11 +2,11 @@
 
 #include <algorithm>
 #include <cmath>
-#include <cstdio>
 #include <string>
 
 #include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/number_text.h"
 
 namespace gradwire::strategy {
 
@@ -81,12 +81,6 @@ std::vector<size_t> fit_rungs(const FitInput& input) {
 }
 
 namespace {
-
-std::string format_tenths(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%.1f", value);
-  return text;
-}
 
 // Tensor names go into a layer policy as "@NAME=SPEC" items, and into decisions' JSON.
 bool nameable(const std::string& name) {

@@ -1,21 +1,10 @@
 #include "gradwire/strategy/gossip/trigger.h"
 
-#include <cstdio>
-
 #include "gradwire/core/error.h"
+#include "gradwire/core/number_text.h"
 #include "gradwire/core/spec.h"
 
 namespace gradwire::strategy::gossip {
-namespace {
-
-std::string format_parameter(double value) {
-  char text[32];
-  std::snprintf(text, sizeof text, "%g", value);
-  return text;
-}
-
-}  // namespace
-
 Trigger Trigger::parse(const std::string& text) {
   // "period:4" is the short form of "period:k=4".
   const auto colon = text.find(':');

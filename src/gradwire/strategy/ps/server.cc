@@ -8,6 +8,7 @@
 
 #include "gradwire/core/atomic_file.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/number_text.h"
 #include "gradwire/strategy/ps/job.h"
 #include "gradwire/strategy/ps/protocol.h"
 #include "gradwire/strategy/ps/server_checkpoint.h"
@@ -26,12 +27,6 @@ class JobFailure : public Error {
  public:
   using Error::Error;
 };
-
-std::string seconds_text(double s) {
-  char text[32];
-  std::snprintf(text, sizeof(text), "%.1f", s);
-  return text;
-}
 
 // What a worker waits for from this server, if anything.
 enum class Pending {
@@ -459,7 +454,7 @@ struct ParameterServer::Impl {
       if (!w.live() || w.pending != Pending::kNothing || now - w.last_heard < timeout) continue;
       const std::string what = "worker " + std::to_string(i) +
                                (w.joined ? " sent nothing" : " did not join") + " for " +
-                               seconds_text(config.worker_timeout_s) + " s";
+                               format_tenths(config.worker_timeout_s) + " s";
       if (config.consistency.mode == Consistency::Mode::kBsp && !config.continue_on_worker_loss) {
         const std::string text = what +
                                  ": presumed lost; BSP needs every worker (with "
@@ -489,7 +484,7 @@ struct ParameterServer::Impl {
       if (!configured && Clock::now() - started > options.first_hello_timeout) {
         throw TimeoutError("server " + std::to_string(options.index) +
                            ": no worker said hello within " +
-                           seconds_text(options.first_hello_timeout.count() / 1000.0) + " s");
+                           format_tenths(options.first_hello_timeout.count() / 1000.0) + " s");
       }
       auto message = transport.receive(options.poll);
       if (message) {
