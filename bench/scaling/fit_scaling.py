@@ -109,6 +109,40 @@ def quantized_paths_table(alpha, beta, fit_world):
     return md
 
 
+def quantized_measured_table(rows, per_world, fallback):
+    """`bench exchange --quantized`: each codec's two paths for one dense bucket, measured
+    (the allreduce strategy's synchronize(): encode, collectives, decode) against the
+    model's exchange with that world's fit (no codec compute)."""
+    md = ["", "Quantized bucket, measured (the allreduce strategy itself, encoding and decoding "
+              "included) against the model (this world's fit, collectives only):\n",
+          "| world | codec | path | elements | on the wire a rank (bytes) | measured (ms) | "
+          "model (ms) | measured / model |",
+          "|---|---|---|---|---|---|---|---|"]
+    for r in sorted(rows, key=lambda r: (r["codec"], r["world"], r["path"])):
+        a_, b_ = per_world.get(r["world"], fallback)
+        w, n = r["world"], r["elements"]
+        codec = r["codec"].split(":")[0]
+        payload = PAYLOADS.get(codec)
+
+        def allreduce(b):
+            return 2 * (w - 1) * a_ + 2 * (w - 1) / w * b * b_
+        if r["path"] == "reduce-scatter" and payload:
+            model = reduce_scatter_seconds(a_, b_, w, payload(math.ceil(n / w)))
+        elif codec == "int8":
+            model = allreduce(4 * math.ceil(n / 256)) + allreduce(n)
+        elif codec == "fp16":
+            model = allreduce(2 * n)
+        elif payload:  # bf16, int4: the allgather of payloads
+            model = 2 * (w - 1) * a_ + (w - 1) * (SIZE_BYTES + payload(n)) * b_
+        else:
+            model = None
+        model_text = "" if model is None else f"{model * 1e3:.1f}"
+        ratio = "" if model is None else f"{r['seconds'] / model:.2f}"
+        md.append(f"| {w} | {r['codec']} | {r['path']} | {n:,} | {r['wire_bytes']:,} | "
+                  f"{r['seconds'] * 1e3:.1f} | {model_text} | {ratio} |")
+    return md
+
+
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("files", nargs="+")
@@ -127,6 +161,7 @@ def main():
                     rows.append(json.loads(line))
     collectives = [r for r in rows if r["op"] in ("allreduce", "allgather", "alltoall")]
     sparse = [r for r in rows if r["op"] == "sparse"]
+    quantized = [r for r in rows if r["op"] == "quantized"]
     if not collectives:
         raise SystemExit("no collective measurements to fit")
 
@@ -178,29 +213,30 @@ def main():
         md.append(f"| {r['world']} | {r['op']} | {r['bytes']:,} | {r['seconds'] * 1e3:.2f} | "
                   f"{model * 1e3:.2f} | {100 * (model / r['seconds'] - 1):+.0f}% |")
 
-    md.append("")
-    md.append("| world | path | union / n | measured (ms) | model, this world's fit (ms) | error "
-              "| fastest measured "
-              "| model's choice |")
-    md.append("|---|---|---|---|---|---|---|---|")
-    by_world = {}
-    for r in sparse:
-        by_world.setdefault(r["world"], []).append(r)
-    for w in sorted(by_world):
-        group = by_world[w]
-        fastest = min(group, key=lambda r: r["seconds"])["path"]
-        predictions = {}
-        a_, b_ = per_world.get(w, (alpha, beta))
-        for r in group:
-            predictions[r["path"]] = path_seconds(a_, b_, r["path"], w, r["elements"],
-                                                  r["payload_bytes"] / w, r["pairs"] / w,
-                                                  r["union"])
-        choice = min(predictions, key=predictions.get)
-        for r in group:
-            model = predictions[r["path"]]
-            md.append(f"| {w} | {r['path']} | {r['union'] / r['elements']:.3f} | "
-                      f"{r['seconds'] * 1e3:.2f} | {model * 1e3:.2f} | "
-                      f"{100 * (model / r['seconds'] - 1):+.0f}% | {fastest} | {choice} |")
+    if sparse:
+        md.append("")
+        md.append("| world | path | union / n | measured (ms) | model, this world's fit (ms) | error "
+                  "| fastest measured "
+                  "| model's choice |")
+        md.append("|---|---|---|---|---|---|---|---|")
+        by_world = {}
+        for r in sparse:
+            by_world.setdefault(r["world"], []).append(r)
+        for w in sorted(by_world):
+            group = by_world[w]
+            fastest = min(group, key=lambda r: r["seconds"])["path"]
+            predictions = {}
+            a_, b_ = per_world.get(w, (alpha, beta))
+            for r in group:
+                predictions[r["path"]] = path_seconds(a_, b_, r["path"], w, r["elements"],
+                                                      r["payload_bytes"] / w, r["pairs"] / w,
+                                                      r["union"])
+            choice = min(predictions, key=predictions.get)
+            for r in group:
+                model = predictions[r["path"]]
+                md.append(f"| {w} | {r['path']} | {r['union'] / r['elements']:.3f} | "
+                          f"{r['seconds'] * 1e3:.2f} | {model * 1e3:.2f} | "
+                          f"{100 * (model / r['seconds'] - 1):+.0f}% | {fastest} | {choice} |")
 
     if sparse:
         n = sparse[0]["elements"]
@@ -275,6 +311,8 @@ def main():
                       f"{'-' if int8 is None else f'{int8 * 1e3:.1f}'} | {powersgd * 1e3:.1f} | {same * 1e3:.1f} | "
                       f"{independent * 1e3:.1f} |")
 
+    if quantized:
+        md += quantized_measured_table(quantized, per_world, (alpha, beta))
     md += quantized_paths_table(alpha, beta, worlds_measured[0])
     if write:
         with open(f"{args.out}/results.md", "w") as f:

@@ -5,6 +5,8 @@
 #
 #   bash bench/scaling/scaling.sh [OUT_DIR] [RATE] [EXCHANGE ARGS...]
 # e.g. bash bench/scaling/scaling.sh /tmp/scaling 100mbit --elements 262144 --density 0.01
+#      WORLDS="2 4 8" bash bench/scaling/scaling.sh /tmp/q 100mbit --quantized int8,fp16,bf16,int4 \
+#        --elements 842496 --steps 5   (each codec's two dense paths, gpt's gradient size)
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 out=${1:-/tmp/gradwire-scaling}

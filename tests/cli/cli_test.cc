@@ -14,6 +14,7 @@
 #include <fstream>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
 
 namespace {
@@ -251,6 +252,43 @@ TEST(CliTest, BenchCodecsWritesNamedJson) {
     }
   }
   std::filesystem::remove(json);
+}
+
+// `bench exchange --quantized`: each codec's two paths for one dense bucket, as the
+// allreduce strategy runs them, with what each put on the wire (SCALING.md's measured
+// table): at 3 ranks int8's ring is its shared-scale allreduce, bf16's its allgather of
+// payloads, and the reduce-scatter moves 2(W-1)/W payloads a rank, fewer than bf16's W-1.
+TEST(CliTest, BenchExchangeTimesEachQuantizedCodecsTwoPaths) {
+  const std::string cli = GRADWIRE_CLI;
+  const auto r = run(cli + " run -n 3 -- " + cli +
+                         " bench exchange --quantized int8,bf16 --elements 6000 --steps 2"
+                         " --no-calibrate",
+                     180);
+  ASSERT_EQ(r.status, 0) << r.output;
+  std::map<std::pair<std::string, std::string>, nlohmann::json> rows;  // (codec, path)
+  std::istringstream lines(r.output);
+  for (std::string line; std::getline(lines, line);) {
+    if (line.find("\"op\":\"quantized\"") == std::string::npos) continue;
+    const auto row = nlohmann::json::parse(line.substr(line.find('{')));
+    EXPECT_EQ(row["world"], 3) << line;
+    EXPECT_EQ(row["elements"], 6000) << line;
+    EXPECT_GT(row["seconds"].get<double>(), 0.0) << line;
+    rows[{row["codec"].get<std::string>(), row["path"].get<std::string>()}] = row;
+  }
+  ASSERT_EQ(rows.size(), 4u) << r.output;
+  const auto wire = [&](const std::string& codec, const std::string& path) {
+    const auto it = rows.find({codec, path});
+    EXPECT_NE(it, rows.end()) << codec << " " << path << " missing:\n" << r.output;
+    return it == rows.end() ? 0.0 : it->second["wire_bytes"].get<double>();
+  };
+  // int8: both paths 2(W-1)/W of about a byte an element (8,000 bytes here), framing and
+  // block maxima aside.
+  EXPECT_NEAR(wire("int8", "reduce-scatter"), wire("int8", "shared-scale allreduce"), 400);
+  EXPECT_NEAR(wire("int8", "reduce-scatter"), 8000, 400);
+  // bf16: the allgather sends this rank's 12,000-byte payload to W-1 = 2 ranks; the
+  // reduce-scatter 2(W-1)/W of it.
+  EXPECT_NEAR(wire("bf16", "messages"), 24000, 400);
+  EXPECT_NEAR(wire("bf16", "reduce-scatter"), 16000, 400);
 }
 
 TEST(CliTest, UnknownCompressorFailsWithTheList) {

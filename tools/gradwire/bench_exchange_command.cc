@@ -3,11 +3,15 @@
 //   gradwire cluster --hosts 8 --bandwidth 100mbit --no-prefix -- gradwire bench exchange
 // Rank 0 prints JSON Lines: the plain collectives over a range of sizes (to fit the cost
 // model's alpha and beta), then the three paths of a sparse bucket (comm/cost_model.h) on
-// synthetic payloads, each with the totals the model predicts from. A time is the median
-// over --steps of the slowest rank's time (each step starts at a barrier).
+// synthetic payloads, each with the totals the model predicts from; or, with --quantized,
+// each codec's two paths for a dense bucket (AllreduceOptions::quantized_path: its ring or
+// allgather, and the reduce-scatter summed in fp32), run by the allreduce strategy itself,
+// encoding and decoding included. A time is the median over --steps of the slowest rank's
+// time (each step starts at a barrier).
 #include <algorithm>
 #include <chrono>
 #include <cstdlib>
+#include <functional>
 #include <iostream>
 #include <random>
 #include <sstream>
@@ -16,6 +20,7 @@
 #include "gradwire/comm/cost_model.h"
 #include "gradwire/comm/rendezvous.h"
 #include "gradwire/core/error.h"
+#include "gradwire/strategy/allreduce/allreduce_strategy.h"
 #include "gradwire/strategy/allreduce/sparse_exchange.h"
 
 namespace gradwire::cli {
@@ -27,6 +32,7 @@ struct ExchangeArgs {
   double shared = 0.5;
   int steps = 10;
   bool calibrate = true;
+  std::vector<std::string> quantized;  // codecs whose two dense paths to time instead
 };
 
 // The slowest rank's time of each step, median over the steps.
@@ -84,6 +90,42 @@ Bytes sparse_payload(std::span<const float> v) {
   return out;
 }
 
+// Each codec's two paths for one dense bucket of `a.elements` Gaussian floats: the
+// allreduce strategy with one tensor, one bucket, no overlap and the first layout kept,
+// its synchronize() timed (encode, the collectives, decode; error feedback as the codec's
+// spec has it).
+void time_quantized_paths(comm::Collectives& c, const ExchangeArgs& a,
+                          const std::function<void(const std::string&)>& emit) {
+  const std::vector<compress::TensorInfo> tensors = {
+      {"bucket", {static_cast<int64_t>(a.elements)}, compress::LayerKind::kOther}};
+  std::mt19937 rng(static_cast<uint32_t>(17 + c.rank()));
+  std::normal_distribution<float> normal;
+  std::vector<float> grad(a.elements), param(a.elements, 0.0f);
+  for (const std::string& codec : a.quantized) {
+    for (const std::string path : {"ring", "reduce-scatter"}) {
+      strategy::AllreduceOptions options;
+      options.codec = codec;
+      options.overlap = false;
+      options.bucket_bytes = options.first_bucket_bytes = 4 * a.elements + 1;
+      options.layout_after = 0;  // the first layout, every step
+      options.quantized_path = path;
+      strategy::AllreduceStrategy s(c, options);
+      s.start(tensors, {std::span<float>(param)});
+      const double seconds = time_steps(c, a.steps, [&] {
+        for (float& v : grad) v = normal(rng);
+        s.synchronize({std::span<float>(grad)});
+      });
+      const auto traffic = s.traffic();
+      std::ostringstream line;
+      line << "{\"world\":" << c.size() << ",\"op\":\"quantized\",\"codec\":\"" << codec
+           << "\",\"path\":\"" << s.bucket_path(0) << "\",\"elements\":" << a.elements
+           << ",\"wire_bytes\":" << traffic.bytes_on_wire / std::max<uint64_t>(1, traffic.steps)
+           << ",\"seconds\":" << seconds << "}";
+      emit(line.str());
+    }
+  }
+}
+
 int run_exchange(const ExchangeArgs& a) {
   const auto world = comm::WorldInfo::from_environment();
   comm::ConnectOptions options;  // as gradwire::init() reads them
@@ -117,6 +159,10 @@ int run_exchange(const ExchangeArgs& a) {
     }
   }
 
+  if (!a.quantized.empty()) {
+    time_quantized_paths(c, a, emit);
+    return 0;
+  }
   const std::vector<float> mine = synthetic_input(c.rank(), a);
   const Bytes payload = sparse_payload(mine);
   std::vector<float> sum(a.elements);
@@ -159,9 +205,9 @@ void add_bench_exchange_command(CLI::App& bench, int& exit_code) {
       "exchange",
       "One rank of the aggregation scaling benchmark (start it once per rank, e.g. under "
       "`gradwire cluster`): times the collectives and the allgather, split and dense paths "
-      "of a sparse bucket; rank 0 prints JSON Lines");
-  cmd->add_option("--elements", args->elements, "the sparse bucket's elements")
-      ->capture_default_str();
+      "of a sparse bucket (or, with --quantized, each codec's two paths for a dense one); "
+      "rank 0 prints JSON Lines");
+  cmd->add_option("--elements", args->elements, "the bucket's elements")->capture_default_str();
   cmd->add_option("--density", args->density, "the fraction of them each rank sends")
       ->check(CLI::Range(0.0, 1.0))
       ->capture_default_str();
@@ -172,6 +218,11 @@ void add_bench_exchange_command(CLI::App& bench, int& exit_code) {
   cmd->add_option("--steps", args->steps, "timed repetitions of each operation")
       ->check(CLI::Range(1, 100000))
       ->capture_default_str();
+  cmd->add_option("--quantized", args->quantized,
+                  "codecs, comma-separated (fp16, bf16, int8, int4), whose two paths to time for a "
+                  "dense bucket of --elements floats instead of the sparse bucket: the ring "
+                  "(or allgather) and the reduce-scatter summed in fp32")
+      ->delimiter(',');
   cmd->add_flag("!--no-calibrate", args->calibrate,
                 "skip timing the plain collectives (allreduce, allgather, alltoall)");
   cmd->callback([args, &exit_code] {

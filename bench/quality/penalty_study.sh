@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# The steps each of auto's plans needs to reach a model's target, against none's (issue 46):
+# auto scores a plan that compresses (powersgd) as step_ms x (1 + penalty), so the penalty
+# that makes its score the time to the target is  steps_powersgd / steps_none - 1.
+# Steps do not depend on the link, so this runs over loopback, 4 workers, every model with
+# its e2e recipe and targets:
+#   cnn, cnn-wide: SGD, 3 epochs, batch 64 (705 steps), accuracy 88%; powersgd at rank 8
+#   gpt:           AdamW, 1 epoch of 12288 windows, batch 8, loss 1.93; powersgd at rank 16
+# Plans (PLANS, default "none powersgd"; int8 may be added: it is not charged): none and
+# powersgd as auto runs it (codec_plan.cc: powersgd:min_rate=2,rank=R), every codec fixed
+# from the first step, the bucket layout fixed (a fixed codec repeats bit for bit), an
+# evaluation every 32 steps (crossings interpolated). Seeds in rounds, models and plans
+# interleaved within a seed; a run already finished is kept, so an invocation can add
+# seeds.
+#
+#   bash bench/quality/penalty_study.sh OUT FIRST_SEED SEEDS [MODEL ...]
+#   bash bench/quality/penalty_study.sh docs/results/auto-penalty 100 3 cnn cnn-wide gpt
+#
+# Writes OUT/runs/<model>-<plan>-seed<S>.jsonl and .log, appends the command to
+# OUT/command.txt; bench/quality/penalty_table.py OUT prints the table (OUT/results.md).
+set -euo pipefail
+out="$1"; first="$2"; seeds="$3"; shift 3
+models=("$@"); [ ${#models[@]} -gt 0 ] || models=(cnn cnn-wide gpt)
+here="$(cd "$(dirname "$0")/../.." && pwd)"
+gradwire="${GRADWIRE:-$here/build/gradwire}"
+mkdir -p "$out/runs"
+echo "${PLANS:+PLANS=\"$PLANS\" }bash bench/quality/penalty_study.sh $out $first $seeds ${models[*]}" >> "$out/command.txt"
+for ((seed = first; seed < first + seeds; ++seed)); do
+  for model in "${models[@]}"; do
+    case "$model" in
+      gpt) rank=16; recipe=(--epochs 1 --train-limit 12288 --batch-size 8) ;;
+      cnn | cnn-wide) rank=8; recipe=(--epochs 3 --batch-size 64) ;;
+      *) echo "penalty_study.sh: no recipe for model '$model'" >&2; exit 2 ;;
+    esac
+    for plan in ${PLANS:-none powersgd}; do
+      codec="$plan"; [ "$plan" = powersgd ] && codec="powersgd:min_rate=2,rank=$rank"
+      name="$model-$plan-seed$seed"
+      [ -s "$out/runs/$name.jsonl" ] && grep -q '"summary"' "$out/runs/$name.jsonl" && continue
+      echo "$(date -u +%H:%M:%S) $model $codec seed $seed"
+      "$gradwire" train --model "$model" --workers 4 "${recipe[@]}" --eval-every 32 \
+        --compressor "$codec" --bucket-layout fixed --seed "$seed" --progress none \
+        --metrics "$out/runs/$name.jsonl" > "$out/runs/$name.log" 2>&1
+    done
+  done
+done

@@ -1,0 +1,118 @@
+#!/usr/bin/python3
+"""The table of bench/quality/penalty_study.sh: per model, plan and target, the steps to
+the target over the seeds and their ratio to none's of the same seed, the final metric
+against none's; then the penalty each model's runs imply.
+
+auto charges a plan that compresses step_ms x (1 + penalty) (codec_plan.h), so its score
+is its time to a target when  penalty = steps_plan / steps_none - 1.  The implied penalty of
+a model is that ratio's mean over seeds, less 1, at the hardest target every run of the
+model reached; the last line gives the largest over the models (a penalty that charges
+no model too little).
+
+Steps to a target are interpolated linearly between the two evaluations around the
+crossing (the runs evaluate every 32 steps); "-" where a run never reached it.
+
+    penalty_table.py DIR [MODEL=TARGET,TARGET,... ...]
+    (defaults: cnn=0.85,0.87,0.88 cnn-wide=0.85,0.87,0.88 gpt=2.10,2.00,1.93)
+"""
+import glob
+import os
+import re
+import sys
+
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+from result_tables import events, spread  # noqa: E402
+
+DEFAULT_TARGETS = {"cnn": [0.85, 0.87, 0.88], "cnn-wide": [0.85, 0.87, 0.88],
+                   "gpt": [2.10, 2.00, 1.93]}
+PLANS = ["none", "int8", "powersgd"]
+
+
+def read(path):
+    """(evaluations as (step, value), the metric's key, the summary) of a finished run."""
+    evals, summary = [], None
+    for e in events(path):
+        if e.get("event") == "eval":
+            key = "val_loss" if "val_loss" in e else "test_accuracy"
+            evals.append((e["step"], e[key]))
+        elif e.get("event") == "summary":
+            summary = e
+    if summary is None:
+        return None
+    return evals, summary.get("metric", "test_accuracy"), summary
+
+
+def steps_to(evals, lower_better, target):
+    """The step at which the metric first reaches `target` (interpolated), or None."""
+    before = None
+    for step, value in evals:
+        if (value <= target) if lower_better else (value >= target):
+            if before is None:
+                return float(step)
+            s0, v0 = before
+            return s0 + (step - s0) * (v0 - target) / (v0 - value)
+        before = (step, value)
+    return None
+
+
+def main(directory, targets):
+    runs = {}  # model -> plan -> seed -> (evals, metric, summary)
+    for path in sorted(glob.glob(os.path.join(directory, "runs", "*.jsonl"))):
+        match = re.search(r"([^/]*)-(none|int8|powersgd)-seed(\d+)\.jsonl$", path)
+        if not match:
+            continue
+        run = read(path)
+        if run is not None:
+            runs.setdefault(match.group(1), {}).setdefault(match.group(2), {})[
+                int(match.group(3))] = run
+    implied = {}
+    print("| model | plan | target | steps to it | / none's | final | final - none's |")
+    print("|---|---|---|---|---|---|---|")
+    for model in sorted(runs, key=lambda m: list(DEFAULT_TARGETS).index(m)
+                        if m in DEFAULT_TARGETS else len(DEFAULT_TARGETS)):
+        base = runs[model].get("none", {})
+        for plan in [p for p in PLANS if p in runs[model]]:
+            seeds = sorted(set(runs[model][plan]) & set(base))
+            if not seeds:
+                continue
+            metric = runs[model][plan][seeds[0]][1]
+            lower = metric == "val_loss"
+            finals = [runs[model][plan][s][0][-1][1] for s in seeds]
+            deltas = [runs[model][plan][s][0][-1][1] - base[s][0][-1][1] for s in seeds]
+            fmt = ".4f" if lower else ".2f"
+            scale = 1 if lower else 100
+            for target in targets.get(model, []):
+                steps = [steps_to(runs[model][plan][s][0], lower, target) for s in seeds]
+                ratios = [st / sn for st, sn in
+                          zip(steps, [steps_to(base[s][0], lower, target) for s in seeds])
+                          if st is not None and sn is not None]
+                shown = " / ".join("-" if st is None else f"{st:.0f}" for st in steps)
+                if plan != "none" and None not in steps and len(ratios) == len(seeds):
+                    implied.setdefault(model, {})[plan] = (
+                        target, lower, sum(ratios) / len(ratios) - 1, len(seeds))
+                print(f"| {model} | `{runs[model][plan][seeds[0]][2]['codec']}` | "
+                      f"{target * scale:g}{'' if lower else '%'} | {shown} | "
+                      f"{spread(ratios, '.3f')} | {spread(finals, fmt, scale)} | "
+                      f"{spread(deltas, '+' + fmt, scale)} |")
+    print()
+    print("| model | plan | hardest target every run reached | implied penalty "
+          "(mean steps / none's - 1) | seeds |")
+    print("|---|---|---|---|---|")
+    worst = {}
+    for model, plans in implied.items():
+        for plan, (target, lower, penalty, n) in plans.items():
+            print(f"| {model} | {plan} | {target * (1 if lower else 100):g}"
+                  f"{'' if lower else '%'} | {penalty:+.3f} | {n} |")
+            worst[plan] = max(worst.get(plan, penalty), penalty)
+    for plan, penalty in worst.items():
+        print(f"| largest over the models | {plan} | | {penalty:+.3f} | |")
+
+
+if __name__ == "__main__":
+    if len(sys.argv) < 2:
+        sys.exit(__doc__)
+    given = dict(DEFAULT_TARGETS)
+    for item in sys.argv[2:]:
+        model, _, values = item.partition("=")
+        given[model] = [float(v) for v in values.split(",")]
+    main(sys.argv[1], given)
