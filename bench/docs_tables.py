@@ -80,6 +80,9 @@ GENERATORS = {
     "gpt-hook-vs-cpp-loopback/results.md": ["./table.py"],
     "hook-first-bucket-ab/results.md": ["./table.py"],
 }
+GENERATORS["quantized-paths-8ranks/results.md"] = [
+    "scaling/fit_scaling.py", "--rate", "100mbit", "--out", "-", "world-2.jsonl", "world-4.jsonl",
+    "world-8.jsonl"]
 for _bucket in ("scaling-1mb", "scaling-8mb"):  # scaling.sh's world-*.jsonl, in glob order
     GENERATORS[_bucket + "/results.md"] = [
         "scaling/fit_scaling.py", "--rate", "100mbit", "--out", "-", "world-16.jsonl",
