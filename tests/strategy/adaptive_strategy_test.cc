@@ -659,11 +659,17 @@ TEST(AutoTest, APlanIsTimedOnTheBucketsItsLayoutProposesWhereThatCouldWin) {
     ASSERT_EQ(runs[r].decisions.size(), 1u) << "rank " << r;
     const std::string& reason = runs[r].reasons[0];
     EXPECT_EQ(runs[r].decisions[0].first, 21u) << reason;
-    // The verdict reports its noise: fp16's lead over none (about 158 ms a step) is far
-    // beyond their steps' spread.
+    // The verdict reports its noise. Whether fp16's lead over none (about 158 ms a step)
+    // is beyond it is timing (a TSan run beside a training job spread none's steps by a
+    // standard error of 90 ms): unresolved, the report says what would resolve it.
+    // ChoiceNoiseTest checks the rule itself.
     EXPECT_NE(reason.find("standard error ms: none "), std::string::npos) << reason;
     EXPECT_NE(reason.find("fp16 over none by "), std::string::npos) << reason;
-    EXPECT_NE(reason.find("(2 standard errors): resolved"), std::string::npos) << reason;
+    if (reason.find("(2 standard errors): resolved") == std::string::npos) {
+      EXPECT_NE(reason.find("(2 standard errors): not resolved, about "), std::string::npos)
+          << reason;
+      EXPECT_NE(reason.find("the cost model's exchange: fp16 "), std::string::npos) << reason;
+    }
     EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
     EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
     // fp16's figure against this rank's own step times on its first layout (steps 1-5,
