@@ -22,6 +22,7 @@ import re
 import sys
 
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "e2e"))
+from crossings import crossing  # noqa: E402
 from result_tables import events, spread  # noqa: E402
 
 DEFAULT_TARGETS = {"cnn": [0.85, 0.87, 0.88], "cnn-wide": [0.85, 0.87, 0.88],
@@ -45,15 +46,7 @@ def read(path):
 
 def steps_to(evals, lower_better, target):
     """The step at which the metric first reaches `target` (interpolated), or None."""
-    before = None
-    for step, value in evals:
-        if (value <= target) if lower_better else (value >= target):
-            if before is None:
-                return float(step)
-            s0, v0 = before
-            return s0 + (step - s0) * (v0 - target) / (v0 - value)
-        before = (step, value)
-    return None
+    return crossing(evals, "val_loss" if lower_better else "test_accuracy", target)
 
 
 def main(directory, targets):

@@ -73,6 +73,19 @@ def reduce_scatter_seconds(alpha, beta, w, payload):
     return alltoall + allgather
 
 
+def ring_path_seconds(alpha, beta, w, codec, n):
+    """A quantizer's own path for n elements: int8's shared-scale ring (an allreduce of the
+    block maxima, then of the int8 values), fp16's allreduce, bf16's and int4's allgather
+    of payloads."""
+    def allreduce(b):
+        return 2 * (w - 1) * alpha + 2 * (w - 1) / w * b * beta
+    if codec == "int8":
+        return allreduce(4 * math.ceil(n / 256)) + allreduce(n)
+    if codec == "fp16":
+        return allreduce(2 * n)
+    return 2 * (w - 1) * alpha + (w - 1) * (SIZE_BYTES + PAYLOADS[codec](n)) * beta
+
+
 def quantized_paths_table(alpha, beta, fit_world):
     """A bucket of the whole model per quantizer: its ring path (int8's shared-scale
     allreduce of floor(127/W) levels, fp16's allreduce, int4's and bf16's allgather of
@@ -91,20 +104,15 @@ def quantized_paths_table(alpha, beta, fit_world):
     for name, fp32_bytes in models.items():
         n = fp32_bytes // 4
         for w in (4, 8, 16, 64, 256, 1024):
-            def allreduce(b):
-                return 2 * (w - 1) * alpha + 2 * (w - 1) / w * b * beta
-
-            def allgather(b):
-                return 2 * (w - 1) * alpha + (w - 1) * (SIZE_BYTES + b) * beta
             rs = {c: reduce_scatter_seconds(alpha, beta, w, f(math.ceil(n / w)))
                   for c, f in PAYLOADS.items()}
+            ring = {c: ring_path_seconds(alpha, beta, w, c, n) for c in PAYLOADS}
             levels = 127 // w
-            ring8 = allreduce(4 * math.ceil(n / 256)) + allreduce(n) if levels else None
             cells = [name, str(w), str(levels) if levels else "-",
-                     "-" if ring8 is None else f"{ring8 * 1e3:,.1f}", f"{rs['int8'] * 1e3:,.1f}",
-                     f"{allreduce(2 * n) * 1e3:,.1f}", f"{rs['fp16'] * 1e3:,.1f}",
-                     f"{allgather(PAYLOADS['int4'](n)) * 1e3:,.1f}", f"{rs['int4'] * 1e3:,.1f}",
-                     f"{allgather(PAYLOADS['bf16'](n)) * 1e3:,.1f}", f"{rs['bf16'] * 1e3:,.1f}"]
+                     f"{ring['int8'] * 1e3:,.1f}" if levels else "-", f"{rs['int8'] * 1e3:,.1f}",
+                     f"{ring['fp16'] * 1e3:,.1f}", f"{rs['fp16'] * 1e3:,.1f}",
+                     f"{ring['int4'] * 1e3:,.1f}", f"{rs['int4'] * 1e3:,.1f}",
+                     f"{ring['bf16'] * 1e3:,.1f}", f"{rs['bf16'] * 1e3:,.1f}"]
             md.append("| " + " | ".join(cells) + " |")
     return md
 
@@ -122,20 +130,10 @@ def quantized_measured_table(rows, per_world, fallback):
         a_, b_ = per_world.get(r["world"], fallback)
         w, n = r["world"], r["elements"]
         codec = r["codec"].split(":")[0]
-        payload = PAYLOADS.get(codec)
-
-        def allreduce(b):
-            return 2 * (w - 1) * a_ + 2 * (w - 1) / w * b * b_
-        if r["path"] == "reduce-scatter" and payload:
-            model = reduce_scatter_seconds(a_, b_, w, payload(math.ceil(n / w)))
-        elif codec == "int8":
-            model = allreduce(4 * math.ceil(n / 256)) + allreduce(n)
-        elif codec == "fp16":
-            model = allreduce(2 * n)
-        elif payload:  # bf16, int4: the allgather of payloads
-            model = 2 * (w - 1) * a_ + (w - 1) * (SIZE_BYTES + payload(n)) * b_
-        else:
-            model = None
+        model = None
+        if codec in PAYLOADS:
+            model = (reduce_scatter_seconds(a_, b_, w, PAYLOADS[codec](math.ceil(n / w)))
+                     if r["path"] == "reduce-scatter" else ring_path_seconds(a_, b_, w, codec, n))
         model_text = "" if model is None else f"{model * 1e3:.1f}"
         ratio = "" if model is None else f"{r['seconds'] / model:.2f}"
         md.append(f"| {w} | {r['codec']} | {r['path']} | {n:,} | {r['wire_bytes']:,} | "
