@@ -81,8 +81,8 @@ GENERATORS = {
     "hook-first-bucket-ab/results.md": ["./table.py"],
 }
 GENERATORS["quantized-paths-8ranks/results.md"] = [
-    "scaling/fit_scaling.py", "--rate", "100mbit", "--out", "-", "world-2.jsonl", "world-4.jsonl",
-    "world-8.jsonl"]
+    "scaling/fit_scaling.py", "--rate", "100mbit", "--out", "-"] + [
+    f"run{r}/world-{w}.jsonl" for r in (1, 2, 3) for w in (2, 4, 8)]
 for _bucket in ("scaling-1mb", "scaling-8mb"):  # scaling.sh's world-*.jsonl, in glob order
     GENERATORS[_bucket + "/results.md"] = [
         "scaling/fit_scaling.py", "--rate", "100mbit", "--out", "-", "world-16.jsonl",

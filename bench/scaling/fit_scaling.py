@@ -119,25 +119,33 @@ def quantized_paths_table(alpha, beta, fit_world):
 
 def quantized_measured_table(rows, per_world, fallback):
     """`bench exchange --quantized`: each codec's two paths for one dense bucket, measured
-    (the allreduce strategy's synchronize(): encode, collectives, decode) against the
-    model's exchange with that world's fit (no codec compute)."""
+    (the allreduce strategy's synchronize(): encode, collectives, decode; over the runs
+    given, mean [min, max] of each run's median) against the model's exchange with that
+    world's fit (no codec compute)."""
     md = ["", "Quantized bucket, measured (the allreduce strategy itself, encoding and decoding "
-              "included) against the model (this world's fit, collectives only):\n",
-          "| world | codec | path | elements | on the wire a rank (bytes) | measured (ms) | "
-          "model (ms) | measured / model |",
-          "|---|---|---|---|---|---|---|---|"]
-    for r in sorted(rows, key=lambda r: (r["codec"], r["world"], r["path"])):
-        a_, b_ = per_world.get(r["world"], fallback)
-        w, n = r["world"], r["elements"]
-        codec = r["codec"].split(":")[0]
+              "included; mean [min, max] over the runs) against the model (this world's fit, "
+              "collectives only):\n",
+          "| world | codec | path | elements | runs | on the wire a rank (bytes) | "
+          "measured (ms) | model (ms) | measured / model |",
+          "|---|---|---|---|---|---|---|---|---|"]
+    groups = {}
+    for r in rows:
+        groups.setdefault((r["codec"], r["world"], r["path"]), []).append(r)
+    for (name, w, path), runs in sorted(groups.items()):
+        a_, b_ = per_world.get(w, fallback)
+        n = runs[0]["elements"]
+        codec = name.split(":")[0]
         model = None
         if codec in PAYLOADS:
             model = (reduce_scatter_seconds(a_, b_, w, PAYLOADS[codec](math.ceil(n / w)))
-                     if r["path"] == "reduce-scatter" else ring_path_seconds(a_, b_, w, codec, n))
+                     if path == "reduce-scatter" else ring_path_seconds(a_, b_, w, codec, n))
+        ms = [1e3 * r["seconds"] for r in runs]
+        shown = (f"{ms[0]:.1f}" if len(ms) == 1 else
+                 f"{sum(ms) / len(ms):.1f} [{min(ms):.1f}, {max(ms):.1f}]")
         model_text = "" if model is None else f"{model * 1e3:.1f}"
-        ratio = "" if model is None else f"{r['seconds'] / model:.2f}"
-        md.append(f"| {w} | {r['codec']} | {r['path']} | {n:,} | {r['wire_bytes']:,} | "
-                  f"{r['seconds'] * 1e3:.1f} | {model_text} | {ratio} |")
+        ratio = "" if model is None else f"{sum(ms) / len(ms) / 1e3 / model:.2f}"
+        md.append(f"| {w} | {name} | {path} | {n:,} | {len(runs)} | {runs[0]['wire_bytes']:,} | "
+                  f"{shown} | {model_text} | {ratio} |")
     return md
 
 
