@@ -63,6 +63,10 @@ GENERATORS = {
         "e2e/crossings.py", ".", "2.10", "1.93", "1.85", "1.80", "1.75", "1.70"],
     "e2e-gpt-4hosts-10mbit-tuning-2epochs-seeds101-102/choice.md": [
         "e2e/tuning_choice.py", "../e2e-gpt-4hosts-10mbit-tuning-2epochs-seed100", "."],
+    "e2e-gpt-4hosts-10mbit-diloco-protocol-seeds/crossings.md": [
+        "e2e/crossings.py", ".", "2.10", "1.93", "1.85", "1.80", "1.75", "1.70"],
+    "e2e-gpt-4hosts-10mbit-diloco-protocol-seeds/crossing-steps.md": [
+        "e2e/crossings.py", ".", "--steps", "2.10", "1.93", "1.85", "1.80", "1.75", "1.70"],
     "e2e-cnn-wide-4hosts-10mbit-tuning-seeds-h/choice.md": [
         "e2e/tuning_choice.py", "../e2e-cnn-wide-4hosts-10mbit-tuning-seeds", "."],
     "powersgd-side-by-side/results.md": ["quality/hook_side_by_side_table.py", ".", "--windows",
