@@ -57,6 +57,7 @@ GENERATORS = {
                                  "../e2e-cnn-wide-2hosts-100mbit-seeds"],
     "codec-speed/results.md": ["codec_tables.py", "."],
     "int8-paths/results.md": ["quality/int8_paths_table.py", "."],
+    "auto-penalty/results.md": ["quality/penalty_table.py", "."],
     "e2e-gpt-4hosts-10mbit-tuning-2epochs-seed100/crossings.md": [
         "e2e/crossings.py", ".", "2.10", "1.93", "1.85", "1.80", "1.75", "1.70"],
     "e2e-gpt-4hosts-10mbit-tuning-2epochs-seeds101-102/crossings.md": [
