@@ -6,8 +6,9 @@ A target is a validation loss (gpt: the first evaluation at or below it) or, whe
 measure accuracy, a test accuracy (at or above it). The time is training time, interpolated
 linearly between the two evaluations around the crossing, as the e2e tables' crossings
 are; "-" where a run never reached it. With --steps, the rank's step at the crossing,
-interpolated alike: what a method costs in steps, apart from what a step costs. It answers which target a budget resolves: a tuning
-sweep whose runs all reach a target early, or none reaches it, says little at that target.
+interpolated alike: what a method costs in steps, apart from what a step costs. It
+answers which target a budget resolves: a tuning sweep whose runs all reach a target
+early, or none reaches it, says little at that target.
 """
 
 import csv
@@ -22,13 +23,13 @@ def crossing(evals, key, target):
     the metric first reaches `target`, or None."""
     lower_better = key == "val_loss"
     before = None
-    for train_s, value in evals:
+    for x, value in evals:
         if (value <= target) if lower_better else (value >= target):
             if before is None:
-                return train_s
-            t0, v0 = before
-            return t0 + (train_s - t0) * (v0 - target) / (v0 - value)
-        before = (train_s, value)
+                return x
+            x0, v0 = before
+            return x0 + (x - x0) * (v0 - target) / (v0 - value)
+        before = (x, value)
     return None
 
 
