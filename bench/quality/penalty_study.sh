@@ -6,12 +6,18 @@
 # its e2e recipe and targets:
 #   cnn, cnn-wide: SGD, 3 epochs, batch 64 (705 steps), accuracy 88%; powersgd at rank 8
 #   gpt:           AdamW, 1 epoch of 12288 windows, batch 8, loss 1.93; powersgd at rank 16
-# Plans (PLANS, default "none powersgd"; int8 may be added: it is not charged): none and
-# powersgd as auto runs it (codec_plan.cc: powersgd:min_rate=2,rank=R), every codec fixed
-# from the first step, the bucket layout fixed (a fixed codec repeats bit for bit), an
-# evaluation every 32 steps (crossings interpolated). Seeds in rounds, models and plans
-# interleaved within a seed; a run already finished is kept, so an invocation can add
-# seeds.
+# Plans (PLANS, default "none powersgd"; int8 may be added: it is not charged; powersgd8
+# is powersgd at auto's default rank 8 on every model): none, and powersgd as auto runs it
+# (codec_plan.cc: powersgd:min_rate=2,rank=R) from the step auto could first run it. auto
+# runs no compressing plan in a critical regime, and its detector calls windows 0 and 1
+# critical (regime_detector.h, window 50 steps), so PowerSGD's earliest step under auto is
+# 100 (in the committed e2e runs its trial began at step 100 or 150): the study sends the
+# first 100 steps dense (key start=100, the codec's DDP-style dense start). PowerSGD from
+# step 0, which auto never runs, stalled gpt on its 2.4 plateau in one seed of two
+# (docs/results/auto-penalty, runs/*-powersgd-from0-*). The bucket layout is fixed (a
+# fixed codec repeats bit for bit), an evaluation every 32 steps (crossings interpolated).
+# Seeds in rounds, models and plans interleaved within a seed; a run already finished is
+# kept, so an invocation can add seeds.
 #
 #   bash bench/quality/penalty_study.sh OUT FIRST_SEED SEEDS [MODEL ...]
 #   bash bench/quality/penalty_study.sh docs/results/auto-penalty 100 3 cnn cnn-wide gpt
@@ -21,6 +27,7 @@
 set -euo pipefail
 out="$1"; first="$2"; seeds="$3"; shift 3
 models=("$@"); [ ${#models[@]} -gt 0 ] || models=(cnn cnn-wide gpt)
+powersgd_start=100  # auto's two critical windows of 50 steps: see above
 here="$(cd "$(dirname "$0")/../.." && pwd)"
 gradwire="${GRADWIRE:-$here/build/gradwire}"
 mkdir -p "$out/runs"
@@ -33,7 +40,11 @@ for ((seed = first; seed < first + seeds; ++seed)); do
       *) echo "penalty_study.sh: no recipe for model '$model'" >&2; exit 2 ;;
     esac
     for plan in ${PLANS:-none powersgd}; do
-      codec="$plan"; [ "$plan" = powersgd ] && codec="powersgd:min_rate=2,rank=$rank"
+      case "$plan" in
+        powersgd) codec="powersgd:min_rate=2,rank=$rank,start=$powersgd_start" ;;
+        powersgd8) codec="powersgd:min_rate=2,rank=8,start=$powersgd_start" ;;
+        *) codec="$plan" ;;
+      esac
       name="$model-$plan-seed$seed"
       [ -s "$out/runs/$name.jsonl" ] && grep -q '"summary"' "$out/runs/$name.jsonl" && continue
       echo "$(date -u +%H:%M:%S) $model $codec seed $seed"

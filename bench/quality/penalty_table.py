@@ -7,8 +7,11 @@ auto charges a plan that compresses step_ms x (1 + penalty) (codec_plan.h), so i
 is its time to a target when  penalty = steps_plan / steps_none - 1.  The implied penalty of
 a model is that ratio's mean over the seeds and over the targets every run of the model
 reached, less 1 (one target's crossing moves by an evaluation's 32 steps with the noise of
-one evaluation; several targets average it); the last line gives the largest over the
-models (a penalty that charges no model too little).
+one evaluation; several targets average it). The last lines give, per plan, the largest
+over the models (a penalty that charges no model too little) and the midpoint of the
+smallest and largest q: auto does not know the model, and a penalty p charged where q is
+true misjudges a step ratio by at most |q - p| / (1 + p), so the midpoint makes the worst
+time to the target lost by a wrong choice the smallest over the models, (max - min) / 2.
 
 Steps to a target are interpolated linearly between the two evaluations around the
 crossing (the runs evaluate every 32 steps); "-" where a run never reached it.
@@ -27,7 +30,8 @@ from result_tables import events, spread  # noqa: E402
 
 DEFAULT_TARGETS = {"cnn": [0.85, 0.87, 0.88], "cnn-wide": [0.85, 0.87, 0.88],
                    "gpt": [2.10, 2.00, 1.93]}
-PLANS = ["none", "int8", "powersgd"]
+# powersgd8: rank 8 on every model; powersgd-from0: the first study's, compressing from step 0
+PLANS = ["none", "int8", "powersgd", "powersgd8", "powersgd-from0"]
 
 
 def read(path):
@@ -52,7 +56,7 @@ def steps_to(evals, lower_better, target):
 def main(directory, targets):
     runs = {}  # model -> plan -> seed -> (evals, metric, summary)
     for path in sorted(glob.glob(os.path.join(directory, "runs", "*.jsonl"))):
-        match = re.search(r"([^/]*)-(none|int8|powersgd)-seed(\d+)\.jsonl$", path)
+        match = re.search(r"([^/]*)-(%s)-seed(\d+)\.jsonl$" % "|".join(PLANS), path)
         if not match:
             continue
         run = read(path)
@@ -92,16 +96,20 @@ def main(directory, targets):
     print("| model | plan | targets every run reached | implied penalty "
           "(mean steps / none's - 1) | seeds |")
     print("|---|---|---|---|---|")
-    worst = {}
+    per_plan = {}
     for model, plans in implied.items():
         for plan, rows in plans.items():
             penalty = sum(r[2] for r in rows) / len(rows) - 1
             shown = ", ".join(f"{t * (1 if lower else 100):g}{'' if lower else '%'}"
                               for t, lower, _, _ in rows)
             print(f"| {model} | {plan} | {shown} | {penalty:+.3f} | {rows[0][3]} |")
-            worst[plan] = max(worst.get(plan, penalty), penalty)
-    for plan, penalty in worst.items():
-        print(f"| largest over the models | {plan} | | {penalty:+.3f} | |")
+            per_plan.setdefault(plan, []).append(penalty)
+    for plan, penalties in per_plan.items():
+        if len(penalties) < 2:
+            continue
+        print(f"| largest over the models | {plan} | | {max(penalties):+.3f} | |")
+        print(f"| midpoint of the smallest and largest | {plan} | | "
+              f"{(min(penalties) + max(penalties)) / 2:+.3f} | |")
 
 
 if __name__ == "__main__":

@@ -105,13 +105,16 @@ TEST(ChoosePlanTest, ScoresPenaliseCompressingPlansAndTiesGoToTheFaithfulPlan) {
   // but needs 1.65x the steps to 88%; its penalty (0.65) kept int8, as time to 88% says.
   EXPECT_EQ(choose_plan(with_int8, std::vector<double>{1544.6, 999.0, 728.7, 460.3}, false, 0.65),
             2u);
-  // Rank 8 (auto's default) costs the same step and converges like int8: the default
-  // penalty takes it there (int8 783.6 ms, PowerSGD rank 8 509), and not on cnn at
-  // 100 Mbit, where it saves less than the penalty (int8 108, PowerSGD 96).
+  // Rank 8 (auto's default) from auto's first normal window needs 1.01x to 1.13x fp32's
+  // steps (docs/results/auto-penalty): the default penalty (0.07) takes it on cnn-wide at
+  // 100 Mbit (int8 783.6 ms, PowerSGD rank 8 509) and on cnn, where its step is 11% shorter
+  // (int8 108, PowerSGD 96: 102.7 scored); not where its score is within the 2% tie of
+  // int8's (PowerSGD 100: 107 scored).
   const double penalty = AdaptiveOptions{}.penalty;
   EXPECT_EQ(choose_plan(with_int8, std::vector<double>{1590.9, 1049.2, 783.6, 509}, false, penalty),
             3u);
-  EXPECT_EQ(choose_plan(with_int8, std::vector<double>{176, 124, 108, 96}, false, penalty), 2u);
+  EXPECT_EQ(choose_plan(with_int8, std::vector<double>{176, 124, 108, 96}, false, penalty), 3u);
+  EXPECT_EQ(choose_plan(with_int8, std::vector<double>{176, 124, 108, 100}, false, penalty), 2u);
 }
 
 TEST(ChoiceNoiseTest, AMediansStandardErrorComesFromTheSpreadAndIgnoresOneStall) {
@@ -166,7 +169,7 @@ TEST(ChoiceNoiseTest, AChoiceIsResolvedBeyondTwiceTheCombinedErrorOfItsScores) {
 TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
   const auto o = AdaptiveOptions::parse("auto");
   EXPECT_EQ(o.canonical,
-            "auto:eta=0.5,penalty=0.2,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
+            "auto:eta=0.5,penalty=0.07,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
             "reprobe=2000,trial=5,window=50");
   // fit is not a default plan (it lost to the best uniform plan in every whole run
   // measured, docs/RESULTS.md); plans=none/fit/fp16/int8/powersgd lists it.
@@ -193,7 +196,7 @@ TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
   EXPECT_NO_THROW(AdaptiveOptions::parse("auto:plans=fp16/fit/int8"));
   EXPECT_THROW(AdaptiveOptions::parse("accordion:critical=fit"), ConfigError);
   EXPECT_EQ(canonical_codec("auto:trial=3"),
-            "auto:eta=0.5,penalty=0.2,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
+            "auto:eta=0.5,penalty=0.07,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
             "reprobe=2000,trial=3,window=50");
 }
 
@@ -522,7 +525,7 @@ TEST(AutoTest, ASlowLinkSelectsPowerSgdOnceTrainingIsOutOfItsCriticalStart) {
 
 TEST(AutoTest, AFastLinkSelectsNoneOrFp16) {
   // No simulated link: every plan's step is its 40 ms of compute, PowerSGD cannot win by
-  // its penalty (20%; the median of 5 steps keeps a noisy machine's hiccups out).
+  // its penalty (7%; the median of 5 steps keeps a noisy machine's hiccups out).
   RunSettings settings;
   settings.codec = "auto:window=4,trial=5,plans=none/fp16/powersgd";
   settings.steps = 20;

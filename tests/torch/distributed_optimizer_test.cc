@@ -338,7 +338,7 @@ TEST(DistributedOptimizerTest, AutoReportsItsDecisionsAndLeavesMomentumAlone) {
       torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)), *net,
       {.compressor = "auto:trial=1"});
   EXPECT_EQ(opt.codec_spec(),
-            "auto:eta=0.5,penalty=0.2,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
+            "auto:eta=0.5,penalty=0.07,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
             "reprobe=2000,trial=1,window=50");
   EXPECT_DOUBLE_EQ(sgd_momentum(opt), 0.9);  // no plan needs momentum correction
   train(
