@@ -23,26 +23,36 @@ PATHS = ("ring", "reduce-scatter")
 
 
 def training_table(directory):
+    """Per world: fp32 (none, the reference, when run), then int8 on each path; the accuracy
+    less none's of the same seed shows what the path's rounding costs at that world."""
     runs = {}
-    for path in glob.glob(os.path.join(glob.escape(directory), "train", "int8-*-w*-seed*.jsonl")):
-        m = re.search(r"int8-(ring|reduce-scatter)-w(\d+)-seed(\d+)\.jsonl$", path)
+    for path in glob.glob(os.path.join(glob.escape(directory), "train", "*-w*-seed*.jsonl")):
+        m = re.search(r"(none|int8-ring|int8-reduce-scatter)-w(\d+)-seed(\d+)\.jsonl$", path)
         s = last_summary(path) if m else None
         if s:
             runs.setdefault((int(m.group(2)), m.group(1)), {})[int(m.group(3))] = s
-    lines = ["| ranks | path | levels per sign | seeds | test accuracy (%) | training (s) | "
-             "on the wire / dense on the wire | ranks' parameters equal |",
-             "|---|---|---|---|---|---|---|---|"]
+    lines = ["| ranks | codec, path | levels per sign | seeds | test accuracy (%) | "
+             "- none's, same seed (points) | training (s) | on the wire / dense on the wire "
+             "| ranks' parameters equal |",
+             "|---|---|---|---|---|---|---|---|---|"]
     for world in sorted({w for w, _ in runs}):
-        for path in PATHS:
-            mine = runs.get((world, path))
+        reference = runs.get((world, "none"), {})
+        for name in ("none",) + tuple("int8-" + p for p in PATHS):
+            mine = runs.get((world, name))
             if not mine:
                 continue
-            levels = 127 // world if path == "ring" else 127
+            levels = "-" if name == "none" else 127 // world if name == "int8-ring" else 127
             wire = [s["bytes_on_wire"] / s["bytes_dense_on_wire"] for s in mine.values()
                     if s.get("bytes_dense_on_wire")]
             equal = all(len(set(s.get("param_checksums", []))) == 1 for s in mine.values())
-            lines.append(f"| {world} | {path} | {levels} | {len(mine)} "
+            shared = sorted(set(mine) & set(reference))
+            against = ("-" if name == "none" or not shared else spread(
+                [mine[k]["test_accuracy"] - reference[k]["test_accuracy"] for k in shared],
+                "+.2f", 100))
+            label = "none (fp32)" if name == "none" else "int8, " + name[len("int8-"):]
+            lines.append(f"| {world} | {label} | {levels} | {len(mine)} "
                          f"| {spread([s['test_accuracy'] for s in mine.values()], '.2f', 100)} "
+                         f"| {against} "
                          f"| {spread([s['train_s'] for s in mine.values()], '.1f')} "
                          f"| {spread(wire, '.4f')} | {'yes' if equal else 'NO'} |")
     return "\n".join(lines)

@@ -24,7 +24,11 @@
 namespace gradwire::strategy {
 namespace {
 
-// The shared scale's levels per sign below which int8 takes the reduce-scatter.
+// The shared scale's levels per sign below which int8 takes the reduce-scatter. Set by
+// the aggregate's error (on cnn's gradients the ring's is 1.6x, 3.5x and 7x the
+// reduce-scatter's at 2, 4 and 8 ranks); trained for 3 epochs on cnn, neither path's
+// accuracy differs from fp32's by what 3 seeds resolve up to 8 ranks (docs/RESULTS.md,
+// "int8's ring against the reduce-scatter").
 constexpr int kEnoughSharedScaleLevels = 31;
 
 bool quantizer(compress::CodecId id) {
