@@ -8,9 +8,12 @@
 //  * bf16 and int4 (no allreduce: their payloads are allgathered, W-1 a rank against the
 //    reduce-scatter's 2(W-1)/W) where the cost model over AllreduceOptions::link predicts
 //    it faster: from 3 ranks on, once the payloads outweigh its second round of messages;
-//  * fp16, and int8 with levels enough, keep their ring: the model gives both paths about
-//    the same bytes and messages, and the ring has no second rounding. (What Gloo's fp16
-//    sum costs in software the model leaves out: SCALING.md.)
+//  * fp16 from 3 ranks on a link of kFp16ReduceScatterBitsPerS or faster: the same bytes
+//    either way, but its ring sums in Gloo's fp16, element by element in software, where
+//    the reduce-scatter casts with F16C and sums in fp32; that sum is what a fast link
+//    waits on, while on a slow one the ring moves the bytes sooner (measured below);
+//  * int8 with levels enough keeps its ring: the same bytes and messages, no second
+//    rounding.
 #include <algorithm>
 #include <cmath>
 #include <cstring>
@@ -30,6 +33,14 @@ namespace {
 // accuracy differs from fp32's by what 3 seeds resolve up to 8 ranks (docs/RESULTS.md,
 // "int8's ring against the reduce-scatter").
 constexpr int kEnoughSharedScaleLevels = 31;
+
+// The link from which fp16 takes the reduce-scatter (from 3 ranks). Measured on emulated
+// hosts sharing 2 cores (docs/RESULTS.md, "16-bit payloads at 1 and 10 Gbit"): trained on
+// cnn-wide at 4 ranks, the reduce-scatter takes 0.82x the ring's time at 1 Gbit/s and
+// 0.76x at 10 Gbit/s; one bucket of cnn-wide's 2.2M gradients at 4 ranks, 0.81x at 1
+// Gbit/s and 0.70x at 10; at 2 ranks it loses at 1 Gbit/s (1.09x); at 100 Mbit/s the ring
+// is faster at 2, 4 and 8 ranks (gpt's bucket: 0.78x, 0.78x, 0.92x the reduce-scatter's).
+constexpr double kFp16ReduceScatterBitsPerS = 1e9;
 
 bool quantizer(compress::CodecId id) {
   return id == compress::CodecId::kFp16 || id == compress::CodecId::kBf16 ||
@@ -59,10 +70,12 @@ bool AllreduceStrategy::takes_reduce_scatter(const std::vector<size_t>& tensors,
   if (first.shared_scale() != nullptr) {
     return compress::shared_scale_levels(world) < kEnoughSharedScaleLevels;
   }
-  if (first.additive_wire()) return false;  // fp16
+  const comm::LinkModel& link = options_.link;
+  if (first.additive_wire()) {  // fp16
+    return world >= 3 && 8.0 / link.beta_s_per_byte >= 0.999 * kFp16ReduceScatterBitsPerS;
+  }
   // bf16, int4: the cost model, this path against the allgather of the bucket's message
   // (every tensor's payload behind its length).
-  const comm::LinkModel& link = options_.link;
   double message = 0;
   std::vector<float> zeros;
   for (size_t k : tensors) {

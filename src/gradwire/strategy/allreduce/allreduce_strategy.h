@@ -87,7 +87,8 @@ struct AllreduceOptions {
   std::string sparse_aggregation = "auto";
   // Buckets of fp16, bf16, int8 and int4: "auto" (per bucket, allreduce_reduce_scatter.cc:
   // int8 where its shared scale has too few levels for the world, bf16 and int4 where the
-  // cost model over `link` predicts it faster than their allgather), or always
+  // cost model over `link` predicts it faster than their allgather, fp16 from 3 ranks on
+  // a `link` of 1 Gbit/s or faster), or always
   // "reduce-scatter", or never ("ring": fp16's and int8's allreduce, bf16's and int4's
   // allgather).
   std::string quantized_path = "auto";
