@@ -88,6 +88,10 @@ GENERATORS = {
 GENERATORS["quantized-paths-8ranks/results.md"] = [
     "scaling/fit_scaling.py", "--rate", "100mbit", "--out", "-"] + [
     f"run{r}/world-{w}.jsonl" for r in (1, 2, 3) for w in (2, 4, 8)]
+for _rate in ("1gbit", "10gbit"):  # fp16's and bf16's two paths for cnn-wide's bucket
+    GENERATORS[f"fp16-paths-{_rate}/results.md"] = [
+        "scaling/fit_scaling.py", "--rate", _rate, "--out", "-"] + [
+        f"run{r}/world-{w}.jsonl" for r in (1, 2) for w in (2, 4)]
 for _bucket in ("scaling-1mb", "scaling-8mb"):  # scaling.sh's world-*.jsonl, in glob order
     GENERATORS[_bucket + "/results.md"] = [
         "scaling/fit_scaling.py", "--rate", "100mbit", "--out", "-", "world-16.jsonl",

@@ -98,9 +98,12 @@ void time_quantized_paths(comm::Collectives& c, const ExchangeArgs& a,
                           const std::function<void(const std::string&)>& emit) {
   const std::vector<compress::TensorInfo> tensors = {
       {"bucket", {static_cast<int64_t>(a.elements)}, compress::LayerKind::kOther}};
+  // The rank's gradient is drawn once; each timed step copies it in (synchronize()
+  // overwrites it with the average), a memcpy of the bucket, the same for every path.
   std::mt19937 rng(static_cast<uint32_t>(17 + c.rank()));
   std::normal_distribution<float> normal;
-  std::vector<float> grad(a.elements), param(a.elements, 0.0f);
+  std::vector<float> drawn(a.elements), grad(a.elements), param(a.elements, 0.0f);
+  for (float& v : drawn) v = normal(rng);
   for (const std::string& codec : a.quantized) {
     for (const std::string path : {"ring", "reduce-scatter"}) {
       strategy::AllreduceOptions options;
@@ -112,7 +115,7 @@ void time_quantized_paths(comm::Collectives& c, const ExchangeArgs& a,
       strategy::AllreduceStrategy s(c, options);
       s.start(tensors, {std::span<float>(param)});
       const double seconds = time_steps(c, a.steps, [&] {
-        for (float& v : grad) v = normal(rng);
+        std::copy(drawn.begin(), drawn.end(), grad.begin());
         s.synchronize({std::span<float>(grad)});
       });
       const auto traffic = s.traffic();

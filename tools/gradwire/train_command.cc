@@ -298,7 +298,8 @@ void add_train_command(CLI::App& app, int& exit_code) {
   cmd->add_option("--quantized-path", o.exchange.quantized_path,
                   "How buckets of fp16, bf16, int8 and int4 are averaged: ring (fp16's and "
                   "int8's allreduce, bf16's and int4's allgather), reduce-scatter (summed in "
-                  "fp32, every level kept at any world size) or auto (per bucket)")
+                  "fp32, every level kept at any world size) or auto (per bucket; fp16 from "
+                  "3 ranks on a --link-bandwidth of 1gbit or more)")
       ->check(CLI::IsMember({"auto", "ring", "reduce-scatter"}))
       ->capture_default_str();
   cmd->add_option_function<std::string>(

@@ -36,10 +36,11 @@ constexpr int kEnoughSharedScaleLevels = 31;
 
 // The link from which fp16 takes the reduce-scatter (from 3 ranks). Measured on emulated
 // hosts sharing 2 cores (docs/RESULTS.md, "16-bit payloads at 1 and 10 Gbit"): trained on
-// cnn-wide at 4 ranks, the reduce-scatter takes 0.82x the ring's time at 1 Gbit/s and
-// 0.76x at 10 Gbit/s; one bucket of cnn-wide's 2.2M gradients at 4 ranks, 0.81x at 1
-// Gbit/s and 0.70x at 10; at 2 ranks it loses at 1 Gbit/s (1.09x); at 100 Mbit/s the ring
-// is faster at 2, 4 and 8 ranks (gpt's bucket: 0.78x, 0.78x, 0.92x the reduce-scatter's).
+// cnn-wide at 4 ranks, the reduce-scatter takes 0.79-0.85x the ring's time at 1 Gbit/s
+// and 0.76-0.84x at 10 Gbit/s (3 seeds); one bucket timed alone (docs/SCALING.md) says
+// the same at 4 ranks, while the ring is faster at 2 ranks on 1 Gbit/s and at 2 to 8
+// ranks on 100 Mbit/s (at 2 ranks on 10 Gbit/s the reduce-scatter was faster too, but
+// not trained: the rule keeps 2 ranks on the ring).
 constexpr double kFp16ReduceScatterBitsPerS = 1e9;
 
 bool quantizer(compress::CodecId id) {
