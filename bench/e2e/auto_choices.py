@@ -17,6 +17,7 @@ import csv
 import os
 import sys
 
+from plot_e2e import rate_bits
 from result_tables import events
 
 PLANS = ["none", "fp16", "bf16", "int8", "powersgd", "fit"]
@@ -83,15 +84,6 @@ def rows(directory):
                    plan_cells(last), str(last.get("penalty", "")),
                    last.get("runner_up", "-"), resolution(last), predicted_cells(last),
                    f"{float(row['train_s']):.1f}", os.path.basename(directory.rstrip("/"))]
-
-
-def rate_bits(rate):
-    """tc's notation (100mbit, 1gbit) in bits per second, for ordering the rows."""
-    units = {"kbit": 1e3, "mbit": 1e6, "gbit": 1e9}
-    for unit, scale in units.items():
-        if rate.endswith(unit):
-            return float(rate[:-len(unit)]) * scale
-    return float("inf")
 
 
 def main(directories):
