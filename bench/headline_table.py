@@ -17,8 +17,8 @@ import plot_e2e  # noqa: E402
 # (folder, hosts, the gradwire configuration as its name starts, what it is in words[, the
 # bandwidths of the folder to show: all when left out])
 ROWS = [
-    ("e2e-cnn-2hosts-100mbit-seeds", 2, "int8", "int8 + error feedback"),
-    ("e2e-cnn-2hosts-100mbit-seeds", 2, "auto", "auto (the default)"),
+    ("e2e-cnn-4hosts-100mbit-perstep-seeds", 4, "int8", "int8 + error feedback"),
+    ("e2e-cnn-4hosts-100mbit-perstep-seeds", 4, "auto", "auto (the default)"),
     ("e2e-gpt-4hosts-100mbit-powersgd-parity-seeds", 4, "auto", "auto (the default)"),
     ("e2e-gpt-4hosts-100mbit-powersgd-parity-seeds", 4, "powersgd",
      "PowerSGD rank 16, as DDP's hook runs it"),
