@@ -70,6 +70,11 @@ GENERATORS = {
         "e2e/crossings.py", ".", "--steps", "2.10", "1.93", "1.85", "1.80", "1.75", "1.70"],
     "e2e-cnn-wide-4hosts-10mbit-tuning-seeds-h/choice.md": [
         "e2e/tuning_choice.py", "../e2e-cnn-wide-4hosts-10mbit-tuning-seeds", "."],
+    "e2e-cnn-wide-4hosts-100mbit-tuning-seeds/choice.md": ["e2e/tuning_choice.py", "."],
+    "e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds/crossings.md": [
+        "e2e/crossings.py", ".", "0.85", "0.88", "0.89"],
+    "e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds/crossing-steps.md": [
+        "e2e/crossings.py", ".", "--steps", "0.85", "0.88", "0.89"],
     "powersgd-side-by-side/results.md": ["quality/hook_side_by_side_table.py", ".", "--windows",
                                          "0,2,10,50,200,384"],
     "link-rates/results.md": ["emulation/link_rates.py", ".", "20mbit", "1gbit", "10gbit",

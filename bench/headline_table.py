@@ -14,8 +14,8 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e"))
 import plot_e2e  # noqa: E402
 
-# (folder, hosts, the gradwire configuration as its name starts, what it is in words[, the
-# bandwidths of the folder to show: all when left out])
+# (folder, hosts, the gradwire configuration as its name starts, what it is in words); every
+# bandwidth of the folder is shown
 ROWS = [
     ("e2e-cnn-4hosts-100mbit-perstep-seeds", 4, "int8", "int8 + error feedback"),
     ("e2e-cnn-4hosts-100mbit-perstep-seeds", 4, "auto", "auto (the default)"),
@@ -28,8 +28,8 @@ ROWS = [
      "DiLoCo, 4-bit, H = 96 (chosen on tuning seeds for its bytes)"),
     ("e2e-cnn-wide-4hosts-10mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=auto",
      "DiLoCo, 4-bit, auto H (the default)"),
-    ("e2e-cnn-wide-4hosts-diloco-seeds", 4, "diloco:inner_steps=auto",
-     "DiLoCo, 4-bit, auto H (before issue 45's protocol)", ("100mbit",)),
+    ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=auto",
+     "DiLoCo, 4-bit, auto H (the default)"),
     ("e2e-cnn-wide-4hosts-100mbit-hook-rule-seeds", 4, "ddp:gradwire-powersgd",
      "Python: DDP + `gradwire.ddp.hook`, PowerSGD"),
     ("e2e-gpt-4hosts-100mbit-hook-seeds", 4, "ddp:gradwire-int8",
@@ -41,13 +41,11 @@ def main(root):
     lines = ["| model | link | hosts | gradwire | baseline: DDP's best hook | target | "
              "time to target, gradwire / DDP | verdict | the compute floor / DDP | seeds |",
              "|---|---|---|---|---|---|---|---|---|---|"]
-    for folder, hosts, prefix, words, *shown in ROWS:
+    for folder, hosts, prefix, words in ROWS:
         results = plot_e2e.Results(os.path.join(root, folder))
         summary = results.summary
         for model in results.models:
             for bw in results.bandwidths:
-                if shown and bw not in shown[0]:
-                    continue
                 best = plot_e2e.best_ddp(summary, model, bw, results.configs)
                 configs = [c for c in results.configs if c.startswith(prefix)
                            and (model, bw, c) in summary]
