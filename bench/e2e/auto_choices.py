@@ -88,7 +88,8 @@ def rows(directory):
 
 def main(directories):
     header = ["model", "link", "seed", "kept", "decisions (step: plan)",
-              "the last normal-regime trial: a step (ms; PowerSGD's score with the penalty)", "penalty",
+              "the last normal-regime trial: a step (ms; PowerSGD's score with the penalty)",
+              "penalty",
               "runner-up", "the trial's noise", "the cost model's exchange (ms)",
               "training (s)", "folder"]
     print("| " + " | ".join(header) + " |")
