@@ -30,6 +30,8 @@ ROWS = [
      "DiLoCo, 4-bit, auto H (the default)"),
     ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=auto",
      "DiLoCo, 4-bit, auto H (the default)"),
+    ("e2e-gpt-4hosts-100mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=auto",
+     "DiLoCo, 4-bit, auto H (the default)"),
     ("e2e-cnn-wide-4hosts-100mbit-hook-rule-seeds", 4, "ddp:gradwire-powersgd",
      "Python: DDP + `gradwire.ddp.hook`, PowerSGD"),
     ("e2e-gpt-4hosts-100mbit-hook-seeds", 4, "ddp:gradwire-int8",
