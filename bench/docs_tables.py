@@ -111,7 +111,8 @@ GENERATORS["quantized-paths-8ranks/results.md"] = [
 GENERATORS["auto-choices/results.md"] = [
     "e2e/auto_choices.py", "../e2e-cnn-4hosts-auto-choices",
     "../e2e-cnn-4hosts-100mbit-perstep-seeds", "../e2e-gpt-4hosts-100mbit-auto-choices",
-    "../e2e-gpt-4hosts-1gbit-16bit-seeds", "../e2e-gpt-4hosts-10gbit-16bit-seeds"]
+    "../e2e-gpt-4hosts-100mbit-perstep-seeds", "../e2e-gpt-4hosts-1gbit-16bit-seeds",
+    "../e2e-gpt-4hosts-10gbit-16bit-seeds"]
 for _rate in ("1gbit", "10gbit"):  # fp16's and bf16's two paths for cnn-wide's bucket
     GENERATORS[f"fp16-paths-{_rate}/results.md"] = [
         "scaling/fit_scaling.py", "--rate", _rate, "--out", "-"] + [

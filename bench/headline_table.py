@@ -4,7 +4,8 @@ against the best DDP configuration of the same run (the one reaching the target 
 most seeds, then soonest), the time to the target taken seed by seed: mean [min, max] of
 gradwire's time over DDP's, with the verdict (every seed below 1: faster; above: slower;
 else not resolved), and beside it the compute floor's (gradwire `none` on unshaped links in
-the same rounds: what no exchange at all would give) over DDP's. Prints Markdown; run in docs/results/headline (docs_tables.py does).
+the same rounds: what no exchange at all would give) over DDP's, and the machine the matrix
+ran on. Prints Markdown; run in docs/results/headline (docs_tables.py does).
 
     headline_table.py ..    (the folder holding the matrices' folders)
 """
@@ -14,36 +15,37 @@ import sys
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "e2e"))
 import plot_e2e  # noqa: E402
 
-# (folder, hosts, the gradwire configuration as its name starts, what it is in words); every
-# bandwidth of the folder is shown
+# (folder, hosts, the gradwire configuration as its name starts, what it is in words, the
+# machine it ran on: 1 the first 2-core machine, 2 the second, AMD EPYC, about twice as fast
+# a step; seconds compare within a machine only); every bandwidth of the folder is shown
 ROWS = [
-    ("e2e-cnn-4hosts-100mbit-perstep-seeds", 4, "int8", "int8 + error feedback"),
-    ("e2e-cnn-4hosts-100mbit-perstep-seeds", 4, "auto", "auto (the default)"),
-    ("e2e-gpt-4hosts-100mbit-powersgd-parity-seeds", 4, "auto", "auto (the default)"),
-    ("e2e-gpt-4hosts-100mbit-powersgd-parity-seeds", 4, "powersgd",
-     "PowerSGD rank 16, as DDP's hook runs it"),
+    ("e2e-cnn-4hosts-100mbit-perstep-seeds", 4, "int8", "int8 + error feedback", 1),
+    ("e2e-cnn-4hosts-100mbit-perstep-seeds", 4, "auto", "auto (the default)", 1),
+    ("e2e-gpt-4hosts-100mbit-perstep-seeds", 4, "auto", "auto (the default)", 2),
+    ("e2e-gpt-4hosts-100mbit-perstep-seeds", 4, "powersgd",
+     "PowerSGD rank 16, as DDP's hook runs it", 2),
     ("e2e-gpt-4hosts-10mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=auto",
-     "DiLoCo, 4-bit, auto H (the default)"),
+     "DiLoCo, 4-bit, auto H (the default)", 1),
     ("e2e-cnn-wide-4hosts-10mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=96",
-     "DiLoCo, 4-bit, H = 96 (chosen on tuning seeds for its bytes)"),
+     "DiLoCo, 4-bit, H = 96 (chosen on tuning seeds for its bytes)", 1),
     ("e2e-cnn-wide-4hosts-10mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=auto",
-     "DiLoCo, 4-bit, auto H (the default)"),
+     "DiLoCo, 4-bit, auto H (the default)", 1),
     ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=auto",
-     "DiLoCo, 4-bit, auto H (the default)"),
+     "DiLoCo, 4-bit, auto H (the default)", 2),
     ("e2e-gpt-4hosts-100mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=auto",
-     "DiLoCo, 4-bit, auto H (the default)"),
+     "DiLoCo, 4-bit, auto H (the default)", 2),
     ("e2e-cnn-wide-4hosts-100mbit-hook-rule-seeds", 4, "ddp:gradwire-powersgd",
-     "Python: DDP + `gradwire.ddp.hook`, PowerSGD"),
+     "Python: DDP + `gradwire.ddp.hook`, PowerSGD", 1),
     ("e2e-gpt-4hosts-100mbit-hook-seeds", 4, "ddp:gradwire-int8",
-     "Python: DDP + `gradwire.ddp.hook`, int8"),
+     "Python: DDP + `gradwire.ddp.hook`, int8", 1),
 ]
 
 
 def main(root):
     lines = ["| model | link | hosts | gradwire | baseline: DDP's best hook | target | "
-             "time to target, gradwire / DDP | verdict | the compute floor / DDP | seeds |",
-             "|---|---|---|---|---|---|---|---|---|---|"]
-    for folder, hosts, prefix, words in ROWS:
+             "time to target, gradwire / DDP | verdict | the compute floor / DDP | seeds | machine |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
+    for folder, hosts, prefix, words, machine in ROWS:
         results = plot_e2e.Results(os.path.join(root, folder))
         summary = results.summary
         for model in results.models:
@@ -63,7 +65,7 @@ def main(root):
                     if floors else "")
                 lines.append(f"| {model} | {bw} | {hosts} | {words} | `{best}` | {target} | "
                              f"{plot_e2e.ratio_text(r)} | {plot_e2e.verdict(r)} | {floor} | "
-                             f"{len(r)} |")
+                             f"{len(r)} | {machine} |")
     print("\n".join(lines))
 
 
