@@ -208,6 +208,54 @@ TEST(E2eMatrixTest, DiLoCoConfigurationsBecomeTrainFlags) {
   }
 }
 
+// diloco:...,batch=B,lr=LR trains at its own per-rank batch and learning rate: both come
+// after the matrix's in the command (the last one counts), and the run's steps an epoch,
+// its evaluation spacing and its progress are counted at that batch.
+TEST(E2eMatrixTest, DiLoCoConfigurationsMayTakeTheirOwnBatchAndLearningRate) {
+  const e2e::Config c = e2e::parse_config("diloco:inner_steps=auto,batch=128,lr=0.1/int4");
+  EXPECT_EQ(c.batch_size, 128);
+  ASSERT_TRUE(c.lr.has_value());
+  EXPECT_DOUBLE_EQ(*c.lr, 0.1);
+  const auto cmd = command_at_10mbit(c);
+  const auto last = [&](const std::string& flag) {
+    const auto at = std::find(cmd.rbegin(), cmd.rend(), flag);
+    return at == cmd.rend() ? std::string("(absent)") : *(at - 1);
+  };
+  EXPECT_EQ(last("--batch-size"), "128");
+  EXPECT_EQ(last("--lr"), "0.1");
+  // The matrix's batch (64) is still there before it: the peer and the trainer take the last.
+  EXPECT_EQ(flag_value(cmd, "--batch-size"), "64");
+
+  e2e::Settings s = settings(1);
+  s.train_sizes["cnn"] = 60000;
+  e2e::Run run;
+  run.config = c;
+  run.model = "cnn";
+  run.workers = 4;
+  EXPECT_EQ(e2e::run_batch_size(s, run), 128);
+  // 15000 samples a worker: 235 steps at the matrix's 64, 118 at 128.
+  EXPECT_EQ(e2e::steps_per_epoch(s, "cnn", 4), 235u);
+  EXPECT_EQ(e2e::run_steps_per_epoch(s, run), 118u);
+  run.bandwidth = "10mbit";
+  // An evaluation every quarter of the run's own epoch; with --eval-every, as often in
+  // samples as the matrix's runs (32 steps of 64, 16 of 128).
+  EXPECT_EQ(flag_value(e2e::run_command(s, run, "gradwire", "peer.py", "m.jsonl"), "--eval-every"),
+            "30");
+  s.eval_every = 32;
+  EXPECT_EQ(flag_value(e2e::run_command(s, run, "gradwire", "peer.py", "m.jsonl"), "--eval-every"),
+            "16");
+  s.eval_every = 0;
+  // Without them, the matrix's.
+  run.config = e2e::parse_config("diloco:inner_steps=auto/int4");
+  EXPECT_EQ(e2e::run_batch_size(s, run), 64);
+  const auto plain = e2e::run_command(s, run, "gradwire", "peer.py", "m.jsonl");
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), "--batch-size"), 1);
+  EXPECT_EQ(std::count(plain.begin(), plain.end(), "--lr"), 0);
+  for (const char* bad : {"diloco:batch=-1", "diloco:lr=0", "diloco:lr=-0.1"}) {
+    EXPECT_THROW(e2e::parse_config(bad), gradwire::ConfigError) << bad;
+  }
+}
+
 // A run's metrics as the trainer and the DDP peer write them.
 void write_metrics(const std::string& path, const std::vector<std::pair<double, double>>& evals,
                    double final_accuracy, double train_s) {

@@ -160,14 +160,19 @@ class E2eBench {
     return std::chrono::duration<double>(Clock::now() - t).count();
   }
 
+  // Samples a worker's step takes: the run's batch x the matrix's micro-batches.
+  int step_samples(const e2e::Run& run) const {
+    return e2e::run_batch_size(s_, run) * s_.accumulate;
+  }
+
   // --resume: a run whose metrics file holds its summary line finished in an earlier
   // invocation; it is kept as it was (a run cut off midway runs again from the start).
   void keep_finished_runs() {
     int kept = 0;
     for (const e2e::Run& run : runs_) {
       const std::string metrics = (out_ / "runs" / (run.id + ".jsonl")).string();
-      const e2e::Outcome o = e2e::read_outcome(metrics, s_.targets.at(run.model), run.workers,
-                                               s_.batch_size * s_.accumulate);
+      const e2e::Outcome o =
+          e2e::read_outcome(metrics, s_.targets.at(run.model), run.workers, step_samples(run));
       if (!o.complete) continue;
       outcomes_[run.index] = o;
       status_[run.index] = "ok";
@@ -189,7 +194,8 @@ class E2eBench {
     const auto command = e2e::run_command(s_, run, self, peer, metrics);
     argv.insert(argv.end(), command.begin(), command.end());
     const e2e::Targets targets = s_.targets.at(run.model);
-    const size_t total_steps = e2e::steps_per_epoch(s_, run.model, run.workers) * s_.epochs;
+    const size_t total_steps =
+        e2e::run_steps_per_epoch(s_, run) * static_cast<size_t>(e2e::run_epochs(s_, run));
 
     std::cout << "[" << run.index << "/" << runs_.size() << "] " << describe(run) << ": started"
               << (eta_text().empty() ? "" : "; " + eta_text() + " left in all") << std::endl;
@@ -209,8 +215,7 @@ class E2eBench {
       std::this_thread::sleep_for(std::chrono::milliseconds(500));
       const auto now = Clock::now();
       if (terminal_ || now >= next_line) {
-        const e2e::Outcome o =
-            e2e::read_outcome(metrics, targets, run.workers, s_.batch_size * s_.accumulate);
+        const e2e::Outcome o = e2e::read_outcome(metrics, targets, run.workers, step_samples(run));
         // A parameter-server run evaluates after training (train/trainer.h): no steps yet.
         std::string line =
             run.config.ps()
@@ -232,8 +237,7 @@ class E2eBench {
     }
     if (terminal_) std::cout << "\r\033[K";
     const double wall = seconds_since(start);
-    const e2e::Outcome o =
-        e2e::read_outcome(metrics, targets, run.workers, s_.batch_size * s_.accumulate);
+    const e2e::Outcome o = e2e::read_outcome(metrics, targets, run.workers, step_samples(run));
     outcomes_[run.index] = o;
     const int code = WIFEXITED(status) ? WEXITSTATUS(status) : 128 + WTERMSIG(status);
     std::string st = "ok";
@@ -482,7 +486,9 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
       "ddp:gradwire-CODEC[+PATH]: DDP with gradwire's hook, the Python module), "
       "ps:UPDATER[:CONSISTENCY], "
       "gossip:TRIGGER (every, period:K, adaptive), gossip-wait:TRIGGER (--gossip-wait), "
-      "diloco:KEY=V,.../CODEC, python:diloco:KEY=V,.../CODEC (the Python module's "
+      "diloco:KEY=V,.../CODEC (KEY: inner_steps, fragments, delay, outer_lr, outer_momentum, "
+      "outer_warmup, and the run's own epochs, batch and lr), "
+      "python:diloco:KEY=V,.../CODEC (the Python module's "
       "gradwire.DiLoCo in a PyTorch loop) or a codec spec[+PATH] (PATH: the quantized "
       "path, ring, reduce-scatter or auto); default: "
       "DDP's allreduce, fp16 and PowerSGD (rank 8, 2 dense steps) and gradwire's none, "

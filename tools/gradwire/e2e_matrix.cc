@@ -241,12 +241,17 @@ Config parse_config(const std::string& text) {
       flag("outer_momentum", "--outer-momentum", defaults.outer_momentum);
       flag("outer_warmup", "--outer-warmup", static_cast<double>(defaults.outer_warmup));
       c.epochs = static_cast<int>(reader.get_int_in("epochs", 0, 0, 1000));
+      c.batch_size = static_cast<int>(reader.get_int_in("batch", 0, 0, 1 << 20));
+      if (reader.has("lr")) {
+        c.lr = reader.get_double("lr", 0);
+        if (!(*c.lr > 0)) throw ConfigError("lr must be positive");
+      }
       reader.finish();
       strategy::canonical_codec(c.codec);
     } catch (const ConfigError& e) {
       throw ConfigError("configuration '" + text + "': " + e.what() +
                         " (diloco:inner_steps=H,fragments=F,delay=TAU,outer_lr=LR,"
-                        "outer_momentum=M,outer_warmup=W,epochs=E/CODEC)");
+                        "outer_momentum=M,outer_warmup=W,epochs=E,batch=B,lr=LR/CODEC)");
     }
     return c;
   }
@@ -268,6 +273,20 @@ size_t steps_per_epoch(const Settings& settings, const std::string& model, int w
   const size_t shard = (n + workers - 1) / workers;
   const size_t step = static_cast<size_t>(settings.batch_size) * settings.accumulate;
   return (shard + step - 1) / step;
+}
+
+int run_batch_size(const Settings& settings, const Run& run) {
+  return run.config.batch_size > 0 ? run.config.batch_size : settings.batch_size;
+}
+
+int run_epochs(const Settings& settings, const Run& run) {
+  return run.config.epochs > 0 ? run.config.epochs : settings.epochs;
+}
+
+size_t run_steps_per_epoch(const Settings& settings, const Run& run) {
+  Settings at_its_batch = settings;
+  at_its_batch.batch_size = run_batch_size(settings, run);
+  return steps_per_epoch(at_its_batch, run.model, run.workers);
 }
 
 std::vector<Run> build_matrix(const Settings& settings) {
@@ -307,9 +326,12 @@ std::vector<Run> build_matrix(const Settings& settings) {
 
 std::vector<std::string> run_command(const Settings& s, const Run& run, const std::string& self,
                                      const std::string& peer, const std::string& metrics) {
+  // Evaluations at the same samples for every run: --eval-every counts steps at the
+  // matrix's batch, so a run with a batch of its own evaluates as often in samples.
   const size_t eval_every =
-      s.eval_every > 0 ? s.eval_every
-                       : std::max<size_t>(1, (steps_per_epoch(s, run.model, run.workers) + 3) / 4);
+      s.eval_every > 0 ? std::max<size_t>(1, s.eval_every * static_cast<size_t>(s.batch_size) /
+                                                 static_cast<size_t>(run_batch_size(s, run)))
+                       : std::max<size_t>(1, (run_steps_per_epoch(s, run) + 3) / 4);
   const uint64_t seed = s.seed + run.repeat - 1;
   std::vector<std::string> common = {"--model",      run.model,
                                      "--epochs",     std::to_string(s.epochs),
@@ -402,8 +424,12 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
     cmd.insert(cmd.end(), {"--timeline", s.timeline_dir + "/" + run.id + ".trace.json"});
   }
   cmd.insert(cmd.end(), common.begin(), common.end());
-  // A later option overrides an earlier one (gradwire train's policy).
+  // A later option overrides an earlier one (gradwire train's policy, and the peer's argparse).
   if (run.config.epochs > 0) cmd.insert(cmd.end(), {"--epochs", std::to_string(run.config.epochs)});
+  if (run.config.batch_size > 0) {
+    cmd.insert(cmd.end(), {"--batch-size", std::to_string(run.config.batch_size)});
+  }
+  if (run.config.lr) cmd.insert(cmd.end(), {"--lr", number(*run.config.lr)});
   return cmd;
 }
 

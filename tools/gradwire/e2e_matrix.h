@@ -121,13 +121,18 @@ struct Config {
   std::string updater, consistency;  // ps
   std::string gossip_trigger;        // gossip: every, period:K, adaptive (ring topology)
   bool gossip_wait = false;          // gossip-wait:TRIGGER: --gossip-wait
-  // diloco:inner_steps=H,fragments=F,delay=TAU,outer_lr=..,outer_momentum=..,outer_warmup=W,epochs=E
-  // [/CODEC]: `gradwire train --strategy diloco` with those flags (H may be auto) and CODEC
-  // as the outer gradient's --compressor (none when left out). epochs=E trains E epochs
-  // instead of the matrix's (its schedule spans them): local steps trade steps for bytes,
-  // and time to the target is what is compared.
+  // diloco:inner_steps=H,fragments=F,delay=TAU,outer_lr=..,outer_momentum=..,outer_warmup=W,
+  // epochs=E,batch=B,lr=LR[/CODEC]: `gradwire train --strategy diloco` with those flags (H
+  // may be auto) and CODEC as the outer gradient's --compressor (none when left out).
+  // epochs=E trains E epochs instead of the matrix's (its schedule spans them): local steps
+  // trade steps for bytes, and time to the target is what is compared. batch=B and lr=LR
+  // are the inner optimizer's per-rank batch and learning rate instead of the matrix's (the
+  // DiLoCo papers' larger batch: the same epochs are then fewer steps, evaluated as often in
+  // samples as the matrix's runs).
   std::vector<std::string> diloco_flags;
-  int epochs = 0;  // 0: the matrix's
+  int epochs = 0;            // 0: the matrix's
+  int batch_size = 0;        // 0: the matrix's
+  std::optional<double> lr;  // unset: the matrix's
   bool ps() const { return !updater.empty(); }
   bool gossip() const { return !gossip_trigger.empty(); }
   bool diloco() const { return !diloco_flags.empty(); }
@@ -157,6 +162,12 @@ std::vector<Run> build_matrix(const Settings& settings);
 // Steps of one worker per epoch (DistributedSampler's shard in batches of batch_size x
 // accumulate).
 size_t steps_per_epoch(const Settings& settings, const std::string& model, int workers);
+
+// A run's per-rank batch (its configuration's batch=B, else the matrix's) and epochs.
+int run_batch_size(const Settings& settings, const Run& run);
+int run_epochs(const Settings& settings, const Run& run);
+// Steps of one of a run's workers per epoch, at the run's batch.
+size_t run_steps_per_epoch(const Settings& settings, const Run& run);
 
 // The program and arguments each rank of `run` executes. `self` is the gradwire
 // executable, `peer` bench/peers/ddp_peer.py; the metrics go to `metrics`.
