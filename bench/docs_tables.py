@@ -107,11 +107,14 @@ GENERATORS = {
 GENERATORS["quantized-paths-8ranks/results.md"] = [
     "scaling/fit_scaling.py", "--rate", "100mbit", "--out", "-"] + [
     f"run{r}/world-{w}.jsonl" for r in (1, 2, 3) for w in (2, 4, 8)]
+# A step's cost at two per-rank batches (bench/e2e/batch_step_cost.sh's runs).
+GENERATORS["batch-probe-cnn-wide/results.md"] = ["e2e/batch_step_cost.py", "."]
 # What auto chose and why, from the codec events of its e2e runs (bench/e2e/auto_choices.py).
 GENERATORS["auto-choices/results.md"] = [
     "e2e/auto_choices.py", "../e2e-cnn-4hosts-auto-choices",
     "../e2e-cnn-4hosts-100mbit-perstep-seeds", "../e2e-gpt-4hosts-100mbit-auto-choices",
-    "../e2e-gpt-4hosts-100mbit-perstep-seeds", "../e2e-gpt-4hosts-1gbit-16bit-seeds",
+    "../e2e-cnn-wide-4hosts-100mbit-perstep-seeds", "../e2e-gpt-4hosts-100mbit-perstep-seeds",
+    "../e2e-gpt-4hosts-1gbit-16bit-seeds",
     "../e2e-gpt-4hosts-10gbit-16bit-seeds"]
 for _rate in ("1gbit", "10gbit"):  # fp16's and bf16's two paths for cnn-wide's bucket
     GENERATORS[f"fp16-paths-{_rate}/results.md"] = [
