@@ -334,14 +334,17 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
                        : std::max<size_t>(1, (run_steps_per_epoch(s, run) + 3) / 4);
   const uint64_t seed = s.seed + run.repeat - 1;
   std::vector<std::string> common = {"--model",      run.model,
-                                     "--epochs",     std::to_string(s.epochs),
-                                     "--batch-size", std::to_string(s.batch_size),
+                                     "--epochs",     std::to_string(run_epochs(s, run)),
+                                     "--batch-size", std::to_string(run_batch_size(s, run)),
                                      "--seed",       std::to_string(seed),
                                      "--threads",    "1",
                                      "--eval-every", std::to_string(eval_every),
                                      "--metrics",    metrics,
                                      "--progress",   "none"};
-  if (s.lr) common.insert(common.end(), {"--lr", number(*s.lr)});
+  // The run's own learning rate (a diloco configuration's lr=LR), else the matrix's.
+  if (const auto lr = run.config.lr ? run.config.lr : s.lr) {
+    common.insert(common.end(), {"--lr", number(*lr)});
+  }
   if (s.accumulate > 1) common.insert(common.end(), {"--accumulate", std::to_string(s.accumulate)});
   // Momentum: SGD's (the recipe's 0.9 unless given); the asynchronous configurations' own.
   const auto momentum = [&](std::vector<std::string>& cmd) {
@@ -424,12 +427,6 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
     cmd.insert(cmd.end(), {"--timeline", s.timeline_dir + "/" + run.id + ".trace.json"});
   }
   cmd.insert(cmd.end(), common.begin(), common.end());
-  // A later option overrides an earlier one (gradwire train's policy, and the peer's argparse).
-  if (run.config.epochs > 0) cmd.insert(cmd.end(), {"--epochs", std::to_string(run.config.epochs)});
-  if (run.config.batch_size > 0) {
-    cmd.insert(cmd.end(), {"--batch-size", std::to_string(run.config.batch_size)});
-  }
-  if (run.config.lr) cmd.insert(cmd.end(), {"--lr", number(*run.config.lr)});
   return cmd;
 }
 
