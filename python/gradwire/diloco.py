@@ -178,7 +178,13 @@ class DiLoCo:
         """Restores state_dict(): the model, the inner optimizer and DiLoCo; the next steps
         are the saved run's. (Building a DiLoCo gives every rank rank 0's parameters: this
         puts back this rank's own.) gradwire.PayloadError for a state of another model,
-        schedule or configuration."""
+        schedule or configuration.
+
+        A rollback (loading into this running DiLoCo, after a loss spike): every rank loads
+        at the same step, each its own state. An exchange in flight is finished first (every
+        rank is in it) and discarded. After a rank diverged (the outer gradient non-finite:
+        every rank raised gradwire.Error at the same step), loading is how the job goes on;
+        after a failed collective (a peer died or timed out) it raises that failure."""
         self._impl.load_state(state["diloco"])
         self.model.load_state_dict(state["model"])
         self.inner_optimizer.load_state_dict(state["inner_optimizer"])

@@ -158,6 +158,99 @@ def test_resume_mid_exchange_equals_the_uninterrupted_run():
             assert torch.equal(x, y), (rank, k, (x - y).abs().max().item())
 
 
+# --- a rollback while an exchange is in flight -------------------------------------------
+
+def rollback_worker(rank, world):
+    """Saves at step 7, trains to step 11 (the exchange sent at step 10 in flight: rank 1
+    reaches it 0.5 s late, so rank 0's exchange thread is still in it), loads the checkpoint
+    into the same DiLoCo and trains steps 7-15 again; against a run that never rolled back."""
+    import time
+    data = batches(rank, 16, seed=7)
+    options = dict(inner_steps=4, fragments=2, delay=2, codec="int8")
+
+    def train(steps, model, opt, diloco, late_at=None):
+        for i in steps:
+            if i == late_at and rank == 1:
+                time.sleep(0.5)
+            inner_step(model, opt, *data[i])
+            diloco.step()
+
+    model = make_model()
+    opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
+    diloco = gradwire.DiLoCo(model, opt, **options)
+    train(range(7), model, opt, diloco)
+    blob = io.BytesIO()
+    torch.save(diloco.state_dict(), blob)
+    train(range(7, 11), model, opt, diloco, late_at=10)
+    blob.seek(0)
+    start = time.monotonic()
+    diloco.load_state_dict(torch.load(blob))
+    load_seconds = time.monotonic() - start
+    train(range(7, 16), model, opt, diloco)
+    diloco.finish()
+    rolled_back = [p.detach().clone() for p in model.parameters()]
+
+    model2 = make_model()
+    opt2 = torch.optim.AdamW(model2.parameters(), lr=1e-2)
+    with gradwire.DiLoCo(model2, opt2, **options) as diloco2:
+        train(range(16), model2, opt2, diloco2)
+    return rolled_back, [p.detach().clone() for p in model2.parameters()], load_seconds
+
+
+def test_a_rollback_during_an_exchange_waits_for_it_and_equals_the_straight_run():
+    for rank, (a, b, seconds) in enumerate(expect_success(run_ranks(2, rollback_worker,
+                                                                    timeout=90))):
+        assert seconds < 10, (rank, seconds)
+        for k, (x, y) in enumerate(zip(a, b)):
+            assert torch.equal(x, y), (rank, k, (x - y).abs().max().item())
+
+
+def diverged_rollback_worker(rank, world):
+    """Rank 1's model diverges at step 3 (NaN): the round's exchange fails on every rank
+    alike; every rank loads the checkpoint of step 2 and goes on. Against a run that never
+    diverged."""
+    data = batches(rank, 8, seed=8)
+    options = dict(inner_steps=2, fragments=1, codec="int8")
+
+    def train(steps, model, opt, diloco):
+        for i in steps:
+            inner_step(model, opt, *data[i])
+            diloco.step()
+
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1, momentum=0.9)
+    diloco = gradwire.DiLoCo(model, opt, **options)
+    train(range(2), model, opt, diloco)
+    saved = io.BytesIO()
+    torch.save(diloco.state_dict(), saved)
+    inner_step(model, opt, *data[2])
+    diloco.step()
+    if rank == 1:
+        with torch.no_grad():
+            next(model.parameters()).fill_(float("nan"))
+    inner_step(model, opt, *data[3])
+    failure = error_of(diloco.step)
+    saved.seek(0)
+    diloco.load_state_dict(torch.load(saved))
+    train(range(2, 8), model, opt, diloco)
+    diloco.finish()
+    rolled_back = [p.detach().clone() for p in model.parameters()]
+
+    model2 = make_model()
+    opt2 = torch.optim.SGD(model2.parameters(), lr=0.1, momentum=0.9)
+    with gradwire.DiLoCo(model2, opt2, **options) as diloco2:
+        train(range(8), model2, opt2, diloco2)
+    return failure, rolled_back, [p.detach().clone() for p in model2.parameters()]
+
+
+def test_after_a_diverged_rank_every_rank_rolls_back_to_the_checkpoint():
+    for rank, (failure, a, b) in enumerate(expect_success(run_ranks(2, diverged_rollback_worker,
+                                                                    timeout=90))):
+        assert failure[0] == "Error" and "rank 1" in failure[1], (rank, failure)
+        for k, (x, y) in enumerate(zip(a, b)):
+            assert torch.equal(x, y), (rank, k, (x - y).abs().max().item())
+
+
 # --- the defaults ---------------------------------------------------------------------------
 
 def test_the_defaults_are_the_trainers_tuned_setting():

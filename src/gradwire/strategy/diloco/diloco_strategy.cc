@@ -179,6 +179,9 @@ void DiLoCoStrategy::wait_in_flight() const {
               ") failed: " + e.what() +
               "; it was not merged, and the ranks' models are no longer kept together: "
               "restart the job from its last checkpoint";
+    // A codec that refused some rank's outer gradient ended every rank's collectives alike:
+    // the ranks are still in step, and a checkpoint may be loaded (load_state()).
+    failed_in_step_ = dynamic_cast<const RefusedOuterGradient*>(&e) != nullptr;
     in_flight_.fragment = -1;
     check_not_failed();
   }
@@ -203,6 +206,7 @@ void DiLoCoStrategy::land(const FloatSpans& params) {
   if (!std::all_of(p.delta.begin(), p.delta.end(), [](float v) { return std::isfinite(v); })) {
     failed_ = "DiLoCo's averaged outer gradient of fragment " + std::to_string(p.fragment) +
               " has non-finite values: some rank's local model diverged; it was not merged";
+    failed_in_step_ = true;  // the same mean, so the same failure, on every rank
     p.fragment = -1;
     check_not_failed();
   }
@@ -411,6 +415,21 @@ void DiLoCoStrategy::save_state(Bytes& out) const {
 
 void DiLoCoStrategy::load_state(ByteReader& in) {
   if (!executor_) throw Error("DiLoCoStrategy: load_state before start");
+  // A rollback (a checkpoint loaded into a running job, after a loss spike): the exchange
+  // thread still reads in_flight_ while an exchange runs, and every rank is in it. Finish it
+  // on every rank alike, then discard it: the state below replaces it.
+  if (exchange_running_) {
+    try {
+      wait_in_flight();
+    } catch (const std::exception&) {
+      if (!failed_in_step_) throw;  // a collective failed: the ranks may be out of step
+    }
+  }
+  // After a failure every rank agreed on (a diverged rank), loading is the way on; after a
+  // failed collective it is not (the ranks may be in different collectives).
+  if (!failed_.empty() && !failed_in_step_) {
+    throw Error(failed_ + " (a checkpoint cannot be loaded into this job: restart it)");
+  }
   const auto version = in.get<uint8_t>("DiLoCo state version");
   if (version < 1 || version > kStateVersion) {
     throw PayloadError("DiLoCo state of version " + std::to_string(version) +
@@ -516,6 +535,8 @@ void DiLoCoStrategy::load_state(ByteReader& in) {
   traffic_ = traffic;
   in_flight_ = std::move(flight);
   exchange_running_ = false;
+  failed_.clear();
+  failed_in_step_ = false;
   last_update_ = Clock::now();
 }
 

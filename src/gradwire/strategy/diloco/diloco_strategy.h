@@ -101,6 +101,10 @@ class DiLoCoStrategy : public Strategy {
   std::optional<JobSummary> finish() override;
   void follow_parameters(const FloatSpans& params) override { params_ = params; }
   void save_state(Bytes& out) const override;
+  // Also into a running job (a rollback): the exchange in flight, if any, is finished on
+  // this rank first (every rank must load at the same step, as every rank sent it) and
+  // discarded. After a diverged rank's failure (non-finite outer gradient) this is how the
+  // job goes on; after a failed collective it throws that failure.
   void load_state(ByteReader& in) override;
 
   DiLoCoStats stats() const;
@@ -165,6 +169,9 @@ class DiLoCoStrategy : public Strategy {
   // Why an exchange failed ("" while none has): the ranks' theta_g may then differ, so the
   // job cannot go on (every later call throws it).
   mutable std::string failed_;
+  // failed_ came from a failure every rank met alike with its collectives complete (a codec
+  // refused some rank's outer gradient, or the mean was non-finite): load_state() may go on.
+  mutable bool failed_in_step_ = false;
   uint64_t steps_ = 0;
   uint64_t exchanges_ = 0;
   uint64_t last_sync_step_ = 0;

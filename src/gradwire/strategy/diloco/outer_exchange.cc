@@ -47,7 +47,7 @@ void OuterExchange::average(std::span<float> values) {
     const auto refusing = reduce_scatter_->average(values);
     if (refusing.empty()) return;
     const std::string& mine = reduce_scatter_->refused_here();
-    throw Error("the outer exchange failed: the codec refused the outer gradient of " +
+    throw RefusedOuterGradient("the outer exchange failed: the codec refused the outer gradient of " +
                 rank_list(refusing) + (mine.empty() ? "" : " (here: " + mine + ")") +
                 "; a rank's local model has diverged (non-finite values)");
   }

@@ -24,9 +24,16 @@
 #include "gradwire/comm/cost_model.h"
 #include "gradwire/compress/codec.h"
 #include "gradwire/core/bytes.h"
+#include "gradwire/core/error.h"
 #include "gradwire/strategy/codec_reduce_scatter.h"
 
 namespace gradwire::strategy::diloco {
+
+// average()'s error when a codec refused some rank's outer gradient: every rank completed
+// the exchange's collectives and throws it alike (the ranks are still in step).
+struct RefusedOuterGradient : Error {
+  using Error::Error;
+};
 
 class OuterExchange {
  public:
