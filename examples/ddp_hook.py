@@ -7,7 +7,8 @@ gradwire adds are marked `# gradwire`. From the build tree:
 
 (installed: `gradwire run -n 4 -- python3 examples/ddp_hook.py`). Options: --codec (default
 auto; int8, powersgd:rank=8, topk:density=0.01, none, ...), --epochs, --limit (samples),
---checkpoint PATH (resumes from it when it exists).
+--checkpoint PATH (every rank saves PATH.rank<R> after each epoch and resumes from it when it
+exists: the hook's state is each rank's own, error feedback's residuals differ per rank).
 """
 import argparse
 import gzip
@@ -75,8 +76,9 @@ def main():
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     state, hook = gradwire.ddp.hook(args.codec, model=model)  # gradwire
     first_epoch = 0
-    if args.checkpoint and os.path.exists(args.checkpoint):
-        saved = torch.load(args.checkpoint)
+    checkpoint = "%s.rank%d" % (args.checkpoint, rank)  # gradwire: one per rank
+    if args.checkpoint and os.path.exists(checkpoint):
+        saved = torch.load(checkpoint)
         model.load_state_dict(saved["model"])
         optimizer.load_state_dict(saved["optimizer"])
         state.load_state_dict(saved["hook"])  # gradwire
@@ -102,10 +104,10 @@ def main():
                   "%.1f MB)" % (epoch, 100.0 * correct / len(test_set), state.codec,
                                 traffic["bytes_on_wire"] / 1e6,
                                 traffic["bytes_dense_on_wire"] / 1e6), flush=True)
-            if args.checkpoint:
-                torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
-                            "hook": state.state_dict(), "epoch": epoch},  # gradwire: hook
-                           args.checkpoint)
+        if args.checkpoint:  # every rank its own: the hook's state differs per rank
+            torch.save({"model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                        "hook": state.state_dict(), "epoch": epoch},  # gradwire: hook
+                       checkpoint)
         dist.barrier()
     dist.destroy_process_group()
 

@@ -11,29 +11,27 @@ codec has it, `auto`'s measured choice), on DDP's process group (``process_group
 default group by default). Encoding and decoding run in C++ on the buckets' own memory,
 without the GIL. See src/gradwire/torch/ddp_comm_hook.h for the order on the wire.
 
-State (``state.state_dict()`` / ``load_state_dict()``, or pickling the state itself) holds
-the codec state of every parameter (error feedback's residuals, PowerSGD's Q) and `auto`'s
-choice. A hook registers once per DDP model: to resume, build a new DDP model and register
-a state loaded from the checkpoint; it continues exactly where the saved one was.
+The exchange runs over a Gloo group of gradwire's own over the ranks of ``process_group``
+(gradwire/_groups.py), made at the hook's first bucket: building, copying or unpickling a
+state talks to no other rank.
+
+State (``state.state_dict()`` / ``load_state_dict()``, or pickling the state itself) is this
+rank's: the codec state of every parameter (error feedback's residuals, PowerSGD's Q, which
+differ from rank to rank) and `auto`'s choice. Every rank saves its own and loads its own
+(a state of another rank or world size raises gradwire.MismatchError). A hook registers
+once per DDP model: to resume, build a new DDP model and register a state loaded from the
+checkpoint; it continues exactly where the saved one was.
 """
-import itertools
 import logging
-import os
 
 import torch
 import torch.distributed as dist
 
-from gradwire import _C
+from gradwire import _C, _groups
 
 __all__ = ["hook", "HookState"]
 
 _log = logging.getLogger("gradwire.ddp")
-_state_numbers = itertools.count()
-
-
-def _default_timeout():
-    text = os.environ.get("GRADWIRE_TIMEOUT", "")
-    return float(text) if text else 300.0
 
 
 # Optimizers that scale each coordinate by statistics of its own gradient (the C++ path's
@@ -59,7 +57,9 @@ class HookState:
         codec: a codec spec ("none", "fp16", "int8", "powersgd:rank=8",
             "topk:density=0.01", ...), a layer policy ("fc=powersgd:rank=8,default=int8")
             or "auto" (gradwire measures its plans on the job and keeps the fastest).
-        process_group: the group DDP reduces over (default: the default group); Gloo.
+        process_group: the ranks DDP reduces over (default: the default group's). The
+            exchange runs over a Gloo group of gradwire's own over those ranks, made at the
+            first bucket (none of gradwire's traffic goes over the program's groups).
         model: names the parameters, for layer policies that name them (@NAME), for
             bias/norm kinds and for the log; without it a parameter is "param<N>" and its
             kind goes by its shape.
@@ -71,7 +71,11 @@ class HookState:
             rate, as the C++ path does: a decay to half or less starts a critical regime
             and a new trial of the plans. Without it, auto assumes SGD at a fixed rate.
         timeout: seconds any collective of the hook may take (default GRADWIRE_TIMEOUT,
-            else 300) before every rank's backward() fails with gradwire.TimeoutError.
+            else 300) before every rank's backward() fails with gradwire.TimeoutError. It
+            bounds the hook's group's own Gloo operations too: a rank that raised it has
+            nothing of gradwire's left running and exits at once. (The program's own
+            group, and DDP's collectives on it, keep that group's timeout: 30 minutes
+            unless init_process_group was given one.)
         bucket_cap_mb, first_bucket_mb: gradwire's bucket sizes (DDP's defaults, 25
             and 1), filled by DDP's rule (a bucket closes once it reaches its cap), so
             that with the same sizes as DDP's none splits what DDP hands over at once;
@@ -92,16 +96,12 @@ class HookState:
     def __init__(self, codec="auto", *, process_group=None, model=None, optimizer=None,
                  timeout=None, bucket_cap_mb=25.0, first_bucket_mb=1.0, overlap=True,
                  sparse_aggregation="auto", quantized_path="auto"):
-        if not dist.is_available() or not dist.is_initialized():
-            raise _C.ConfigError(
-                "gradwire.ddp.hook needs torch.distributed initialized "
-                "(torch.distributed.init_process_group('gloo'))")
         if isinstance(optimizer, _PER_COORDINATE_OPTIMIZERS):
             codec = _C.codec_for_per_coordinate_optimizer(codec)
         self._optimizer = optimizer
         self.codec_spec = codec
         self.process_group = process_group
-        self.timeout = _default_timeout() if timeout is None else float(timeout)
+        self.timeout = _groups.default_timeout() if timeout is None else float(timeout)
         self.options = dict(bucket_cap_mb=float(bucket_cap_mb),
                             first_bucket_mb=float(first_bucket_mb), overlap=bool(overlap),
                             sparse_aggregation=sparse_aggregation,
@@ -109,44 +109,78 @@ class HookState:
         self._names = {}
         if model is not None:
             self._names = {id(p): name for name, p in model.named_parameters()}
-        self._impl = self._make_impl()
+        self._check()
 
-    def _make_impl(self):
-        group = self.process_group
-        if group is None or group == dist.group.WORLD:
-            group = dist.distributed_c10d._get_default_group()
-        backend = dist.get_backend(group)
-        if backend != "gloo":
-            raise _C.ConfigError(
-                "gradwire's DDP hook runs over a Gloo process group; this one is '%s'"
-                % backend)
-        store = None
-        if group == dist.distributed_c10d._get_default_group():
-            # Where a rank that waits too long says how far it got, so that a failure can
-            # name the ranks that never arrived.
-            store = dist.PrefixStore("gradwire/ddp-hook/%d" % next(_state_numbers),
-                                     dist.distributed_c10d._get_default_store())
+    def _check(self):
         o = self.options
-        return _C.DdpCommHook(self.codec_spec, o["sparse_aggregation"],
-                              o.get("quantized_path", "auto"), o["bucket_cap_mb"],
-                              o["first_bucket_mb"], o["overlap"], group, store, self.timeout)
+        _C.check_hook_options(self.codec_spec, o["sparse_aggregation"], o["quantized_path"],
+                              o["bucket_cap_mb"], o["first_bucket_mb"], o["overlap"])
+        if not self.timeout > 0:
+            raise _C.ConfigError("timeout must be positive, got %r" % (self.timeout,))
+        self._codec = _C.canonical_codec(self.codec_spec)
+        self._impl = None        # made at the first bucket (_bind)
+        self._pending = None     # a state loaded before then
+        self._bind_error = None  # why binding failed, for the rest of that step's buckets
+        self._first_step = None  # the first step's parameters, for watch_gradients()
+        self._watching = False
+
+    def _bind(self):
+        """The hook's own group over process_group's ranks, and the C++ exchange: a
+        collective (every rank agrees on the configuration), at the first bucket."""
+        _groups.require_initialized("gradwire.ddp.hook")
+        store, rank, size = _groups.rendezvous("ddp-hook", self.process_group)
+        o = self.options
+        impl = _C.DdpCommHook(self.codec_spec, o["sparse_aggregation"], o["quantized_path"],
+                              o["bucket_cap_mb"], o["first_bucket_mb"], o["overlap"], store,
+                              rank, size, self.timeout)
+        if self._pending is not None:
+            impl.load_state(self._pending)
+            self._pending = None
+        self._impl = impl
 
     @property
     def codec(self):
         """The codec with every option spelled out."""
-        return self._impl.codec
+        return self._codec
 
     def traffic(self):
         """This rank's bytes since the hook was made: contributed (what its codecs
         produced), on the wire, and the same two for fp32 allreduce."""
+        if self._impl is None:
+            return {"steps": 0, "bytes_contributed": 0, "bytes_on_wire": 0, "bytes_dense": 0,
+                    "bytes_dense_on_wire": 0}
         return self._impl.traffic()
 
     def bucket_layout(self):
         """gradwire's buckets, by parameter name, and how they were chosen."""
-        return self._impl.bucket_layout()
+        return "" if self._impl is None else self._impl.bucket_layout()
 
     def _exchange(self, bucket):
+        if self._impl is None:
+            try:
+                if self._bind_error is None:
+                    self._bind()
+                else:
+                    raise self._bind_error
+            except Exception as e:  # noqa: BLE001 - the step fails with it, on every bucket
+                # In the future: raised here, DDP would make any error a RuntimeError.
+                self._bind_error = None if bucket.is_last() else e
+                return _C.failed_future(e)
         params = bucket.parameters()
+        keys = [id(p) for p in params]
+        if not self._watching:
+            # From the second step on the C++ side learns which parameters got a gradient
+            # on this rank (find_unused_parameters): its hooks are registered once this
+            # backward is over, when autograd runs no parameter's hooks.
+            self._watching = True
+            self._first_step = []
+            impl, seen = self._impl, self._first_step
+            torch.autograd.Variable._execution_engine.queue_callback(
+                lambda: impl.watch_gradients([id(p) for p in seen], seen))
+        if self._first_step is not None:
+            self._first_step.extend(params)
+            if bucket.is_last():
+                self._first_step = None
         names = [self._names.get(id(p), "") for p in params] if self._names else []
         if names and not all(names):
             names = []
@@ -154,30 +188,51 @@ class HookState:
             # The rate the optimizer ran the last step with (a schedule sets it after
             # backward), before the exchange's end as DistributedOptimizer passes it.
             self._impl.set_learning_rate(float(self._optimizer.param_groups[0]["lr"]))
-        future = self._impl.exchange(bucket.buffer(), [id(p) for p in params],
-                                     [list(p.shape) for p in params], names, bucket.is_last())
+        future = self._impl.exchange(bucket.buffer(), keys, [list(p.shape) for p in params],
+                                     names, bucket.is_last())
         if bucket.is_last() and self._impl.rank == 0:
             for line in self._impl.take_decisions():
                 _log.info("gradwire auto: %s", line)
         return future
 
     def state_dict(self):
-        """The exchange's state (codec states, auto's choice), for a checkpoint."""
-        return {"codec": self.codec, "state": self._impl.save_state()}
+        """This rank's exchange state (codec states, auto's choice), for this rank's
+        checkpoint: every rank saves its own."""
+        if self._impl is not None:
+            return {"codec": self.codec, "state": self._impl.save_state()}
+        return {"codec": self.codec, "state": self._pending}
 
     def load_state_dict(self, state):
-        """Restores state_dict()'s state; the next steps then exchange exactly as the
-        saved hook's would have. Call it before the first step of a new DDP model (a hook
-        registers once per model). gradwire.MismatchError for another codec's state or
-        another model's, gradwire.PayloadError for bytes that are not a hook state."""
+        """Restores state_dict()'s state, saved by this rank; the next steps then exchange
+        exactly as the saved hook's would have. Call it before the first step of a new DDP
+        model (a hook registers once per model). gradwire.MismatchError for another codec's
+        state, another model's, or another rank's or world size's; gradwire.PayloadError for
+        bytes that are not a hook state."""
         if state.get("codec") != self.codec:
             raise _C.MismatchError(
                 "the hook state was saved with codec '%s'; this hook runs '%s'"
                 % (state.get("codec"), self.codec))
-        self._impl.load_state(state["state"])
+        saved = state["state"]
+        if saved is None:  # saved before its first step: nothing to restore
+            return
+        if self._impl is not None:
+            self._impl.load_state(saved)
+            return
+        rank, size = _C.hook_state_rank(saved)
+        if dist.is_available() and dist.is_initialized():
+            group = self.process_group
+            here = (dist.get_rank(group), dist.get_world_size(group))
+            if (rank, size) != here:
+                raise _C.MismatchError(
+                    "the hook state is rank %d's of %d ranks; this is rank %d of %d: each rank "
+                    "saves and loads its own hook state (error feedback's residuals differ "
+                    "from rank to rank)" % (rank, size, here[0], here[1]))
+        self._pending = saved
 
     # Pickling, as PyTorch's PowerSGDState: everything but the process group (and the
-    # model's names and the optimizer), which is the default group again once unpickled.
+    # model's names and the optimizer), which is the default group again once unpickled
+    # (set state.process_group before the first step for another). Local: the state binds
+    # to its ranks at its first bucket.
     def __getstate__(self):
         return {"codec_spec": self.codec_spec, "timeout": self.timeout,
                 "options": self.options, "saved": self.state_dict()}
@@ -189,7 +244,7 @@ class HookState:
         self.process_group = None
         self._names = {}
         self._optimizer = None
-        self._impl = self._make_impl()
+        self._check()
         self.load_state_dict(pickled["saved"])
 
 
@@ -200,7 +255,8 @@ def _gradwire_hook(state, bucket):
 
 def hook(codec="auto", **options):
     """(state, hook) for ``model.register_comm_hook(state, hook)``; options as
-    :class:`HookState`'s. Checks on every rank that the codec and options are the same
-    (gradwire.MismatchError otherwise) and that the codec exists (gradwire.ConfigError)."""
+    :class:`HookState`'s. Checks that the codec exists and the options are valid
+    (gradwire.ConfigError, here); at the first step, that every rank runs the same codec and
+    options (gradwire.MismatchError, from backward())."""
     state = HookState(codec, **options)
     return state, _gradwire_hook

@@ -6,8 +6,14 @@ outer gradients (docs/ALGORITHMS.md, "DiLoCo"), the algorithm of `--strategy dil
         for x, y in loader:
             diloco.zero_grad()
             loss_fn(model(x), y).backward()
-            diloco.step()
-    # leaving the block (or diloco.finish()) leaves one model on every rank
+            diloco.step()            # or the inner optimizer's own step(): the same
+    # leaving the block (or diloco.finish()) leaves one model on every rank; leaving it on
+    # an exception puts back the last model the ranks agreed on
+
+Every inner step synchronizes on schedule, whoever calls it: diloco.step(), or the inner
+optimizer's step() called by the program or a library (GradScaler, Lightning, Hugging Face's
+Trainer, an LR scheduler's wrapper): DiLoCo wraps the optimizer's step from construction to
+finish() (afterwards it is a local step again).
 
 Every rank steps the inner optimizer on its own gradients; every `inner_steps` steps each of
 the `fragments` parts of the model is averaged over the ranks, on gradwire's exchange
@@ -16,14 +22,12 @@ thread, as its outer gradient theta_global - theta encoded by `codec` ("none", "
 momentum `outer_momentum`, rate `outer_lr`). The model to evaluate is the one the ranks
 agree on: global_model_state().
 """
-import itertools
 import logging
-import os
+import types
 
 import torch
-import torch.distributed as dist
 
-from gradwire import _C
+from gradwire import _C, _groups
 
 __all__ = ["DiLoCo"]
 
@@ -32,7 +36,6 @@ __all__ = ["DiLoCo"]
 _DEFAULTS = _C.DILOCO_DEFAULTS
 
 _log = logging.getLogger("gradwire.diloco")
-_group_numbers = itertools.count()
 
 
 class DiLoCo:
@@ -51,12 +54,13 @@ class DiLoCo:
         outer_warmup: outer steps over which outer_lr ramps up linearly, per fragment
             (its k-th outer step takes outer_lr * min(1, (k + 1) / outer_warmup); 0: none).
         codec: the outer gradient's encoding: "none", "fp16", "bf16", "int8", "int4".
-        process_group: the ranks; default: a Gloo group of its own over the default
-            group's ranks, made here (a collective), so that the program's own collectives
-            never meet DiLoCo's exchange thread on one group. It needs no port of its own:
-            Gloo connects its pairs as the default group's did. A group given here must
-            not be used by anything else while DiLoCo lives.
-        timeout: seconds any exchange may take (default GRADWIRE_TIMEOUT, else 300).
+        process_group: the ranks (default: the default group's). DiLoCo exchanges over a
+            Gloo group of its own over them, made here (a collective), so that the
+            program's own collectives never meet DiLoCo's exchange thread on one group. It
+            needs no port of its own: Gloo connects its pairs as the default group's did.
+        timeout: seconds any exchange may take (default GRADWIRE_TIMEOUT, else 300); it
+            bounds DiLoCo's group's own Gloo operations too, so a rank that raised
+            gradwire.TimeoutError has nothing of DiLoCo's left running and exits at once.
     """
 
     def __init__(self, model, inner_optimizer, *, inner_steps=_DEFAULTS["inner_steps"],
@@ -65,10 +69,7 @@ class DiLoCo:
                  nesterov=_DEFAULTS["nesterov"], outer_warmup=_DEFAULTS["outer_warmup"],
                  codec=_DEFAULTS["codec"], process_group=None, link_bits_per_s=1e9,
                  link_latency_s=50e-6, timeout=None):
-        if not dist.is_available() or not dist.is_initialized():
-            raise _C.ConfigError(
-                "gradwire.DiLoCo needs torch.distributed initialized "
-                "(torch.distributed.init_process_group('gloo'))")
+        _groups.require_initialized("gradwire.DiLoCo")
         if inner_steps == "auto":
             inner_steps = 0
         if not isinstance(inner_steps, int) or isinstance(inner_steps, bool) or inner_steps < 0:
@@ -80,27 +81,50 @@ class DiLoCo:
         self._names = [name for name, _ in named]
         self._params = [p for _, p in named]
         if timeout is None:
-            text = os.environ.get("GRADWIRE_TIMEOUT", "")
-            timeout = float(text) if text else 300.0
-        store = None
-        if process_group is None:
-            process_group = dist.new_group(backend="gloo")
-            store = dist.PrefixStore("gradwire/diloco/%d" % next(_group_numbers),
-                                     dist.distributed_c10d._get_default_store())
-        elif dist.get_backend(process_group) != "gloo":
-            raise _C.ConfigError("gradwire.DiLoCo runs over a Gloo process group; this one "
-                                 "is '%s'" % dist.get_backend(process_group))
+            timeout = _groups.default_timeout()
+        store, rank, size = _groups.rendezvous("diloco", process_group)
         self.process_group = process_group
         self._finished = False
         with torch.no_grad():
             self._impl = _C.DiLoCoModel(
                 codec, int(inner_steps), int(fragments), int(delay), float(outer_lr),
                 float(outer_momentum), bool(nesterov), int(outer_warmup),
-                float(link_bits_per_s), float(link_latency_s), process_group, store, float(timeout), self._names,
-                self._params, self._buffers())
+                float(link_bits_per_s), float(link_latency_s), store, rank, size,
+                float(timeout), self._names, self._params, self._buffers())
+        self._wrap_inner_step()
 
     def _buffers(self):
         return [b for b in self.model.buffers() if b.dtype == torch.float32]
+
+    def _wrap_inner_step(self):
+        """The inner optimizer's step() (an attribute of the instance, over its class's)
+        steps, then runs DiLoCo's schedule: so does every caller of it. (torch 1.13's
+        optimizers have no step hooks; torchft registers a step post-hook where they do.)"""
+        optimizer = self.inner_optimizer
+        unwrapped = optimizer.step
+        diloco = self
+
+        def step(_optimizer, *args, **kwargs):
+            loss = unwrapped(*args, **kwargs)
+            if not diloco._finished:  # after finish() or abandon(): a local step
+                diloco._after_inner_step()
+            return loss
+        step._gradwire_diloco = self
+        # A bound method, as the step it replaces: torch's LR schedulers wrap
+        # optimizer.step through its __self__ and __func__.
+        optimizer.step = types.MethodType(step, optimizer)
+
+    def _unwrap_inner_step(self):
+        step = self.inner_optimizer.__dict__.get("step")
+        if getattr(step, "_gradwire_diloco", None) is self:
+            del self.inner_optimizer.step
+
+    def _after_inner_step(self):
+        with torch.no_grad():
+            self._impl.after_step(self._params, self._buffers())
+        for line in self._impl.take_decisions():
+            if self._impl.rank == 0:
+                _log.info("gradwire DiLoCo: %s", line)
 
     # --- the optimizer's face --------------------------------------------------------
 
@@ -109,16 +133,11 @@ class DiLoCo:
 
     def step(self, closure=None):
         """Steps the inner optimizer, then DiLoCo's schedule: a fragment may go out or
-        land (with the outer step) here. Returns what the inner step returned."""
+        land (with the outer step) here. Returns what the inner step returned. The same as
+        the inner optimizer's own step()."""
         if self._finished:
             raise _C.ConfigError("gradwire.DiLoCo: step() after finish()")
-        loss = self.inner_optimizer.step(closure)
-        with torch.no_grad():
-            self._impl.after_step(self._params, self._buffers())
-        for line in self._impl.take_decisions():
-            if self._impl.rank == 0:
-                _log.info("gradwire DiLoCo: %s", line)
-        return loss
+        return self.inner_optimizer.step(closure)
 
     @property
     def param_groups(self):
@@ -142,6 +161,24 @@ class DiLoCo:
         with torch.no_grad():
             self._impl.finish(self._params, self._buffers())
         self._finished = True
+        self._unwrap_inner_step()
+
+    def abandon(self):
+        """Stops DiLoCo without a collective and puts back the last model the ranks agreed
+        on (parameters theta_g, buffers rank 0's as of the last round): what leaving the
+        `with` block on an exception does, as torchft's LocalSGD does. The exchange in
+        flight, if any, is not merged (it ends on its own, within the timeout); the inner
+        optimizer's step() no longer synchronizes; step() raises. Local: the other ranks
+        may be anywhere."""
+        if self._finished:
+            return
+        self._finished = True
+        self._unwrap_inner_step()
+        with torch.no_grad():
+            self._impl.global_parameters(self._params)
+            buffers = self._buffers()
+            if buffers:
+                self._impl.agreed_buffers(buffers)
 
     def __enter__(self):
         return self
@@ -150,29 +187,43 @@ class DiLoCo:
         # Leaving on an exception: the other ranks may never reach finish()'s collective.
         if kind is None:
             self.finish()
+        else:
+            self.abandon()
         return False
 
     # --- what to evaluate and what to keep -------------------------------------------
 
     def global_model_state(self):
-        """The model's state_dict with the parameters the ranks agree on (theta_global, as
-        of each fragment's last synchronization): the model to evaluate. After finish(),
-        the model itself."""
-        state = self.model.state_dict()
-        out = [torch.empty_like(p) for p in self._params]
-        self._impl.global_parameters(out)
-        for name, tensor in zip(self._names, out):
-            state[name] = tensor
-        return state
+        """The model's state_dict as the ranks agree on it, the model to evaluate (after
+        finish(), the model itself): every key of a parameter (a tied weight's every name)
+        holds theta_global, as of each fragment's last synchronization; every float32
+        buffer rank 0's as of the last round's synchronization (BatchNorm's statistics;
+        they travel with the round's last fragment); other buffers (integer counters such
+        as num_batches_tracked) this rank's own."""
+        live = self.model.state_dict(keep_vars=True)
+        agreed = {}
+        params = [torch.empty_like(p) for p in self._params]
+        self._impl.global_parameters(params)
+        agreed.update((id(p), t) for p, t in zip(self._params, params))
+        live_buffers = self._buffers()
+        buffers = [torch.empty_like(b) for b in live_buffers]
+        if buffers:
+            self._impl.agreed_buffers(buffers)
+        agreed.update((id(b), t) for b, t in zip(live_buffers, buffers))
+        return {name: agreed[id(t)] if id(t) in agreed else t.detach().clone()
+                for name, t in live.items()}
 
     def state_dict(self):
         """This rank's state, for an exact resume: its model (parameters and buffers:
         between synchronizations every rank's differ), DiLoCo's (theta_global and the outer
         momentum per fragment, the schedule, the exchange in flight, which this waits for)
         and the inner optimizer's. Every rank saves its own."""
+        agreed = [torch.empty_like(b) for b in self._buffers()]
+        if agreed:
+            self._impl.agreed_buffers(agreed)
         return {"model": {k: v.clone() for k, v in self.model.state_dict().items()},
                 "inner_optimizer": self.inner_optimizer.state_dict(),
-                "diloco": self._impl.save_state()}
+                "diloco": self._impl.save_state(), "agreed_buffers": agreed}
 
     def load_state_dict(self, state):
         """Restores state_dict(): the model, the inner optimizer and DiLoCo; the next steps
@@ -188,6 +239,8 @@ class DiLoCo:
         self._impl.load_state(state["diloco"])
         self.model.load_state_dict(state["model"])
         self.inner_optimizer.load_state_dict(state["inner_optimizer"])
+        if state.get("agreed_buffers"):
+            self._impl.set_agreed_buffers(state["agreed_buffers"])
 
     def stats(self):
         """H and the delay in force, steps, exchanges, outer steps, bytes sent."""

@@ -1,78 +1,16 @@
 """gradwire.ddp.hook against PyTorch's own DDP: parity with DDP's allreduce, each codec's
-average against the exact mean, state through a checkpoint, DDP's modes, and every
-failure raised on every rank. Each test runs real ranks (tests/python/ranks.py)."""
-import io
+average against the exact mean, DDP's modes, and every failure raised on every rank. Each
+test runs real ranks (tests/python/ranks.py); the hook's state: test_hook_state.py."""
 import json
-import pickle
 
 import pytest
 import torch
-import torch.distributed as dist
-import torch.nn as nn
 import torch.nn.functional as F
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 import gradwire
-from ranks import (check_dead_peer_failed, error_of, expect_success, first_failing_step,
-                   RankFailure, run_ranks)
-
-# Small buckets, so that every model is several buckets (and DDP rebuilds them).
-BUCKET_MB = 0.004
-
-
-class Net(nn.Module):
-    def __init__(self, unused_branch=False):
-        super().__init__()
-        self.conv = nn.Conv2d(1, 4, 3)
-        self.fc1 = nn.Linear(4 * 6 * 6, 32)
-        self.fc2 = nn.Linear(32, 5)
-        self.unused = nn.Linear(32, 5) if unused_branch else None
-
-    def forward(self, x):
-        x = F.relu(self.conv(x)).flatten(1)
-        return self.fc2(F.relu(self.fc1(x)))
-
-
-def batches(rank, steps, n=8, seed=0):
-    g = torch.Generator().manual_seed(1000 * seed + rank)
-    return [(torch.randn(n, 1, 8, 8, generator=g), torch.randint(0, 5, (n,), generator=g))
-            for _ in range(steps)]
-
-
-def train(rank, codec, steps, ddp_kwargs=None, accumulate=1, seed=0, unused_branch=False,
-          lr=0.05):
-    """Trains Net under DDP (with gradwire's hook unless codec is None); returns the
-    parameters and losses. `accumulate` > 1 runs that many micro-batches a step, all but
-    the last under no_sync()."""
-    torch.manual_seed(seed)
-    model = Net(unused_branch)
-    ddp = DDP(model, bucket_cap_mb=BUCKET_MB, **(ddp_kwargs or {}))
-    if codec is not None:
-        state, hook = gradwire.ddp.hook(codec, model=model)
-        ddp.register_comm_hook(state, hook)
-    opt = torch.optim.SGD(ddp.parameters(), lr=lr, momentum=0.9)
-    losses = []
-    data = batches(rank, steps * accumulate, seed=seed)
-    for step in range(steps):
-        opt.zero_grad()
-        for micro in range(accumulate):
-            x, y = data[step * accumulate + micro]
-            if micro + 1 < accumulate:
-                with ddp.no_sync():
-                    F.cross_entropy(ddp(x), y).backward()
-            else:
-                loss = F.cross_entropy(ddp(x), y)
-                loss.backward()
-        opt.step()
-        losses.append(loss.item())
-    return [p.detach().clone() for p in model.parameters()], losses
-
-
-def assert_params_equal(a, b, what):
-    for k, (x, y) in enumerate(zip(a, b)):
-        assert torch.equal(x, y), "%s: parameter %d differs by %g" % (
-            what, k, (x - y).abs().max().item())
-
+from ddp_models import BUCKET_MB, Net, assert_params_equal, batches, train
+from ranks import check_dead_peer_failed, error_of, expect_success, first_failing_step, run_ranks
 
 # --- parity with DDP's own allreduce -----------------------------------------------------
 
@@ -185,6 +123,7 @@ def codec_average_worker(rank, world, codecs, steps):
     out = {}
     for codec in codecs:
         state, _ = gradwire.ddp.hook(codec)
+        state._bind()  # as the first bucket does
         total = torch.zeros(n)
         first = None
         for step in range(steps):
@@ -236,6 +175,7 @@ def quantized_path_worker(rank, world, paths):
     out = {}
     for path in paths:
         state, _ = gradwire.ddp.hook("int8:ef=0", quantized_path=path)
+        state._bind()
         buffer = rank_gradient(rank, 30 * 40).clone()
         out[path] = state._impl.exchange(buffer, [1], [shape], ["fc.weight"], True).wait().clone()
     return out
@@ -276,58 +216,6 @@ def test_each_codec_trains_ddp_with_equal_ranks():
         losses = results[0][codec][1]
         first, last = sum(losses[:5]) / 5, sum(losses[-5:]) / 5
         assert last < first, "%s: loss %.3f -> %.3f" % (codec, first, last)
-
-
-# --- state through a checkpoint ----------------------------------------------------------
-
-def resume_worker(rank, world, codec, how):
-    data = batches(rank, 16, seed=3)
-
-    def step(ddp, opt, x, y):
-        opt.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        opt.step()
-
-    torch.manual_seed(0)
-    model = Net()
-    ddp = DDP(model, bucket_cap_mb=BUCKET_MB)
-    state, hook = gradwire.ddp.hook(codec)
-    ddp.register_comm_hook(state, hook)
-    opt = torch.optim.SGD(model.parameters(), lr=0.05, momentum=0.9)
-    for x, y in data[:10]:
-        step(ddp, opt, x, y)
-    blob = io.BytesIO()
-    hook_state = state.state_dict() if how == "state_dict" else pickle.dumps(state)
-    torch.save({"model": model.state_dict(), "opt": opt.state_dict(), "hook": hook_state}, blob)
-    for x, y in data[10:]:  # the uninterrupted run goes on
-        step(ddp, opt, x, y)
-    uninterrupted = [p.detach().clone() for p in model.parameters()]
-
-    # The resumed run: a new model, optimizer, DDP and hook state from the checkpoint.
-    blob.seek(0)
-    saved = torch.load(blob)
-    resumed = Net()
-    resumed.load_state_dict(saved["model"])
-    ddp2 = DDP(resumed, bucket_cap_mb=BUCKET_MB)
-    if how == "state_dict":
-        state2, hook2 = gradwire.ddp.hook(codec)
-        state2.load_state_dict(saved["hook"])
-    else:
-        state2, hook2 = pickle.loads(saved["hook"]), gradwire.ddp._gradwire_hook
-    ddp2.register_comm_hook(state2, hook2)
-    opt2 = torch.optim.SGD(resumed.parameters(), lr=0.05, momentum=0.9)
-    opt2.load_state_dict(saved["opt"])
-    for x, y in data[10:]:
-        step(ddp2, opt2, x, y)
-    return uninterrupted, [p.detach().clone() for p in resumed.parameters()]
-
-
-@pytest.mark.parametrize("codec,how", [("int8", "state_dict"), ("powersgd:rank=2", "pickle")])
-def test_resumed_run_equals_uninterrupted(codec, how):
-    # The resumed DDP starts from its first-iteration buckets and rebuilds them, where the
-    # uninterrupted one does not: gradwire's exchange does not depend on DDP's buckets.
-    for rank, (a, b) in enumerate(expect_success(run_ranks(2, resume_worker, codec, how))):
-        assert_params_equal(a, b, "%s via %s, rank %d" % (codec, how, rank))
 
 
 # --- auto under a per-coordinate optimizer --------------------------------------------
@@ -397,7 +285,13 @@ def bad_input_worker(rank, world):
     outcome = error_of
     out["unknown"] = outcome(lambda: gradwire.ddp.hook("nosuch"))
     out["bad_option"] = outcome(lambda: gradwire.ddp.hook("topk:density=7"))
-    out["differ"] = outcome(lambda: gradwire.ddp.hook("int8" if rank == 0 else "fp16"))
+
+    def differ():  # the ranks compare their configurations at the first step
+        model = DDP(Net(), bucket_cap_mb=BUCKET_MB)
+        state, hook = gradwire.ddp.hook("int8" if rank == 0 else "fp16")
+        model.register_comm_hook(state, hook)
+        F.cross_entropy(model(torch.randn(4, 1, 8, 8)), torch.zeros(4, dtype=torch.long)).backward()
+    out["differ"] = outcome(differ)
     int8, _ = gradwire.ddp.hook("int8")
     fp16, _ = gradwire.ddp.hook("fp16")
     out["other_codec_state"] = outcome(lambda: int8.load_state_dict(fp16.state_dict()))
@@ -462,6 +356,39 @@ def test_a_refused_gradient_fails_the_step_on_every_rank():
         assert out[0] == out[1] == out[3] == "ok", (rank, out)
         name, message = out[2]
         assert name == "Error" and "rank 1" in message and "non-finite" in message, (rank, out)
+
+
+def bad_bucket_worker(rank, world):
+    """Two buckets a step, driven as DDP drives the hook; at step 1 rank 1's second bucket
+    holds a parameter its first step never showed. Each step: both futures' outcomes, how
+    long the step took."""
+    import time
+    state, _ = gradwire.ddp.hook("int8")
+    state._bind()  # as the first bucket does
+    out = []
+    for step in range(3):
+        g = torch.Generator().manual_seed(10 * step + rank)
+        first, second = torch.randn(40, generator=g), torch.randn(300, generator=g)
+        key = 99 if (step == 1 and rank == 1) else 22
+        start = time.monotonic()
+        futures = [state._impl.exchange(first, [11], [[40]], ["fc.bias"], False),
+                   state._impl.exchange(second, [key], [[6, 50]], ["fc.weight"], True)]
+        outcomes = []
+        for f in futures:
+            assert f.done()  # completed by the last bucket's call, whatever failed
+            outcomes.append(error_of(f.wait))
+        out.append((outcomes, time.monotonic() - start))
+    return out
+
+
+def test_a_bucket_one_rank_cannot_take_fails_every_future_of_the_step_on_every_rank():
+    for rank, out in enumerate(expect_success(run_ranks(2, bad_bucket_worker, timeout=60))):
+        assert out[0][0] == ["ok", "ok"] and out[2][0] == ["ok", "ok"], (rank, out)
+        (first, second), seconds = out[1]
+        assert first == second, (rank, out[1])
+        assert first[0] == "Error", first
+        assert "failed on rank 1: parameter 'fc.weight' was not in the first step" in first[1], first
+        assert seconds < 10, (rank, seconds)
 
 
 def dead_peer_worker(rank, world, timeout):

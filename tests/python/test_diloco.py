@@ -89,6 +89,123 @@ def test_outer_steps_match_the_reference(warmup):
         assert any((a - b).abs().max().item() > 1e-4 for a, b in zip(want, reference(2)))
 
 
+def optimizer_step_worker(rank, world, how):
+    """The reference's loop, but the program steps the inner optimizer itself (as
+    GradScaler, Lightning or Hugging Face's Trainer do), under an LR scheduler made after
+    DiLoCo (which wraps optimizer.step again), or steps it with a closure."""
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=INNER_LR)
+    with gradwire.DiLoCo(model, opt, inner_steps=H, fragments=1, outer_lr=OUTER_LR,
+                         outer_momentum=MU, codec="none") as diloco:
+        schedule = torch.optim.lr_scheduler.LambdaLR(opt, lambda step: 1.0)
+        for x, y in batches(rank, STEPS):
+            if how == "closure":
+                def closure():
+                    inner_step(model, opt, x, y)
+                    return 0.0
+                opt.step(closure)
+            else:
+                inner_step(model, opt, x, y)
+                opt.step()
+            schedule.step()
+        stats = diloco.stats()
+    opt.zero_grad()
+    opt.step()  # after finish(): a local step again (zero gradients: changes nothing)
+    return [p.detach().clone() for p in model.parameters()], stats
+
+
+@pytest.mark.parametrize("how", ["step", "closure"])
+def test_the_inner_optimizers_own_step_synchronizes_as_diloco_step_does(how):
+    results = expect_success(run_ranks(2, optimizer_step_worker, how))
+    want = reference(2)
+    for rank, (params, stats) in enumerate(results):
+        assert stats["outer_steps"] == STEPS // H, stats
+        for k, (got, ref) in enumerate(zip(params, want)):
+            assert (got - ref).abs().max().item() <= 1e-6, (rank, how, k)
+
+
+def exception_worker(rank, world):
+    """An exception inside the block after 6 steps, with H 4 in two fragments and a delay
+    of 1: fragment 0 landed at step 3, fragment 1 at step 5, and fragment 0 went out again
+    at step 6 (in flight). The model afterwards against the agreed one just before; the
+    optimizer's step() and DiLoCo's step() afterwards."""
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=INNER_LR)
+    agreed = None
+    try:
+        with gradwire.DiLoCo(model, opt, inner_steps=4, fragments=2, delay=1,
+                             codec="int8") as diloco:
+            for x, y in batches(rank, 6):
+                inner_step(model, opt, x, y)
+                diloco.step()
+            agreed = {k: v.clone() for k, v in diloco.global_model_state().items()}
+            raise RuntimeError("the data loader broke")
+    except RuntimeError as e:
+        raised = str(e)
+    after = {k: v.detach().clone() for k, v in model.state_dict().items()}
+    before = [p.detach().clone() for p in model.parameters()]
+    inner_step(model, opt, *batches(rank, 7)[6])
+    opt.step()  # a local step now: no exchange, no error
+    return raised, agreed, after, error_of(diloco.step), [
+        not torch.equal(a, p) for a, p in zip(before, model.parameters())]
+
+
+def test_leaving_the_block_on_an_exception_puts_back_the_agreed_model():
+    results = expect_success(run_ranks(2, exception_worker))
+    for rank, (raised, agreed, after, step_after, moved) in enumerate(results):
+        assert raised == "the data loader broke"
+        for name in agreed:
+            assert torch.equal(after[name], agreed[name]), (rank, name)
+            assert torch.equal(after[name], results[0][2][name]), (rank, name)
+        assert step_after[0] == "ConfigError", step_after
+        assert any(moved), rank
+
+
+class TiedNet(nn.Module):
+    """A language model's shape: a head tied to the embedding, and a BatchNorm's buffers."""
+
+    def __init__(self):
+        super().__init__()
+        self.embed = nn.Embedding(10, 8)
+        self.norm = nn.BatchNorm1d(8)
+        self.head = nn.Linear(8, 10, bias=False)
+        self.head.weight = self.embed.weight
+
+    def forward(self, tokens):
+        return self.head(torch.tanh(self.norm(self.embed(tokens))))
+
+
+def tied_worker(rank, world):
+    torch.manual_seed(0)
+    model = TiedNet()
+    opt = torch.optim.SGD(model.parameters(), lr=0.1)
+    g = torch.Generator().manual_seed(rank)
+    diloco = gradwire.DiLoCo(model, opt, inner_steps=2, fragments=1, codec="none")
+    for step in range(5):  # rounds land at steps 2 and 4; step 5 trains apart
+        tokens = torch.randint(0, 10, (16,), generator=g)
+        opt.zero_grad()
+        F.cross_entropy(model(tokens), tokens).backward()
+        diloco.step()
+    state = diloco.global_model_state()
+    live = {k: v.clone() for k, v in model.state_dict().items()}
+    diloco.finish()
+    return state, live
+
+
+def test_the_agreed_model_holds_every_key_of_the_state_dict_tied_weights_and_buffers():
+    results = expect_success(run_ranks(2, tied_worker))
+    (state0, live0), (state1, live1) = results
+    assert set(state0) == set(live0)
+    for name in state0:
+        if name.endswith("num_batches_tracked"):  # an integer counter: each rank's own
+            continue
+        assert torch.equal(state0[name], state1[name]), name
+    assert torch.equal(state0["head.weight"], state0["embed.weight"])
+    # The ranks had trained apart since step 4: the live models (weights, statistics) differ.
+    assert not torch.equal(live0["embed.weight"], live1["embed.weight"])
+    assert not torch.equal(live0["norm.running_mean"], live1["norm.running_mean"])
+
+
 # --- finish() and the synchronized model --------------------------------------------------
 
 def finish_worker(rank, world, codec):

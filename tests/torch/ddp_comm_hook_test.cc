@@ -1,6 +1,6 @@
 // DdpCommHook, the C++ core of gradwire.ddp.hook, driven as DDP drives it (buckets of a
-// step, the last one flagged) on ranks that are threads over a c10d ProcessGroupGloo of
-// their own, the way torch.distributed makes one: averages against the exact mean, equal
+// step, the last one flagged) on ranks that are threads, each hook over a Gloo group of its
+// own, as the Python module makes them: averages against the exact mean, equal
 // ranks, a refused gradient failing the step on every rank, a state that resumes exactly.
 // The Python side (tests/python/test_ddp_hook.py) runs it under DDP itself; this one runs
 // in the sanitizer stage too.
@@ -10,7 +10,6 @@
 #include <ATen/CPUGeneratorImpl.h>
 #include <torch/csrc/distributed/c10d/HashStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 
 #include <cmath>
 #include <thread>
@@ -22,7 +21,8 @@
 namespace gradwire {
 namespace {
 
-// Runs fn(rank, hook factory) on `world` threads, each with a Gloo group over one store.
+// Runs fn(rank, hook factory) on `world` threads; each hook made has a Gloo group of its own
+// over one store.
 void run_hook_ranks(
     int world,
     const std::function<
@@ -33,20 +33,18 @@ void run_hook_ranks(
   for (int r = 0; r < world; ++r) {
     threads.emplace_back([&, r] {
       try {
-        auto options = c10d::ProcessGroupGloo::Options::create();
-        options->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-        options->timeout = std::chrono::seconds(20);
-        auto group = c10::make_intrusive<c10d::ProcessGroupGloo>(store, r, world, options);
         int made = 0;
         fn(r, [&](const std::string& codec) {
           comm::GlooOptions o;
           o.timeout = std::chrono::seconds(20);
+          o.bind_hostname = "127.0.0.1";
+          o.leave_together = false;
           auto prefix = c10::make_intrusive<c10d::PrefixStore>(
               "hook" + std::to_string(made++), c10::intrusive_ptr<c10d::Store>(store));
           CommHookOptions hook_options;
           hook_options.codec = codec;
-          return std::make_unique<DdpCommHook>(
-              comm::make_process_group_collectives(group, prefix, o), hook_options);
+          return std::make_unique<DdpCommHook>(comm::make_gloo_collectives(prefix, r, world, o),
+                                               hook_options);
         });
       } catch (...) {
         errors[r] = std::current_exception();

@@ -7,6 +7,8 @@
 #include <signal.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cstdlib>
 #include <cstring>
 #include <exception>
 #include <thread>
@@ -50,17 +52,47 @@ class GlooCollectives;
 // Gloo writes to its sockets with writev, which raises SIGPIPE in the writing thread once
 // the peer has closed the connection; under the default disposition that kills this
 // process before the failed write can become an error naming the peer (a rank that exits
-// would take its survivors down by signal). The group ignores SIGPIPE, as Python does for
-// every program, when the program has left it at its default; a handler or an explicit
-// ignore the program installed is kept. The write then fails with EPIPE and the
-// collective fails as any other.
-void ignore_sigpipe_left_at_default() {
-  struct sigaction current {};
-  if (::sigaction(SIGPIPE, nullptr, &current) != 0 || current.sa_handler != SIG_DFL) return;
-  struct sigaction ignore {};
-  ignore.sa_handler = SIG_IGN;
-  sigemptyset(&ignore.sa_mask);
-  ::sigaction(SIGPIPE, &ignore, nullptr);
+// would take its survivors down by signal). The group's threads (the process group's
+// workers, the Gloo device's event loop) are made while the creating thread blocks
+// SIGPIPE, so they start with it blocked: in them the write fails with EPIPE, the signal
+// stays pending on that thread, and the collective fails as any other. The process's
+// disposition, and every other thread's mask, are left as the program set them.
+class SigpipeBlockedHere {
+ public:
+  SigpipeBlockedHere() {
+    sigset_t pipe;
+    sigemptyset(&pipe);
+    sigaddset(&pipe, SIGPIPE);
+    blocked_ = ::pthread_sigmask(SIG_BLOCK, &pipe, &previous_) == 0;
+  }
+  ~SigpipeBlockedHere() {
+    if (blocked_) ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+  }
+  SigpipeBlockedHere(const SigpipeBlockedHere&) = delete;
+  SigpipeBlockedHere& operator=(const SigpipeBlockedHere&) = delete;
+
+ private:
+  sigset_t previous_;
+  bool blocked_ = false;
+};
+
+// The devices torch.distributed gives a Gloo group (torch/csrc/distributed/c10d/init.cpp):
+// one per interface of GLOO_SOCKET_IFNAME, else the hostname's address.
+std::vector<std::shared_ptr<::gloo::transport::Device>> torch_default_devices() {
+  std::vector<std::shared_ptr<::gloo::transport::Device>> devices;
+  const char* names = std::getenv("GLOO_SOCKET_IFNAME");
+  std::string list = names ? names : "";
+  size_t start = 0;
+  while (start < list.size()) {
+    const size_t end = std::min(list.find(',', start), list.size());
+    if (end > start) {
+      devices.push_back(
+          c10d::ProcessGroupGloo::createDeviceForInterface(list.substr(start, end - start)));
+    }
+    start = end + 1;
+  }
+  if (devices.empty()) devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  return devices;
 }
 
 // How a work is waited for. c10d's collective works survive a timed wait that expires, so
@@ -91,41 +123,40 @@ class GlooCollectives : public Collectives {
  public:
   GlooCollectives(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
                   const GlooOptions& options)
-      : GlooCollectives(std::move(store), rank, size, options, /*owns_group=*/true) {
-    ignore_sigpipe_left_at_default();
+      : store_(std::move(store)),
+        rank_(rank),
+        size_(size),
+        timeout_(options.timeout),
+        slow_after_(std::min(options.slow_after, options.timeout / 4)),
+        failure_report_file_(options.failure_report_file),
+        leave_together_(options.leave_together) {
+    const SigpipeBlockedHere sigpipe_blocked;  // inherited by every thread made below
     auto gloo_options = c10d::ProcessGroupGloo::Options::create();
     gloo_options->timeout = options.timeout;
-    gloo_options->devices.push_back(
-        options.bind_interface.empty()
-            ? c10d::ProcessGroupGloo::createDeviceForHostname(options.bind_hostname)
-            : c10d::ProcessGroupGloo::createDeviceForInterface(options.bind_interface));
-    gloo_options->threads = 1;
-    auto pg_store = c10::make_intrusive<c10d::PrefixStore>("gloo", store_);
     try {
+      if (!options.bind_interface.empty()) {
+        gloo_options->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForInterface(options.bind_interface));
+      } else if (!options.bind_hostname.empty()) {
+        gloo_options->devices.push_back(
+            c10d::ProcessGroupGloo::createDeviceForHostname(options.bind_hostname));
+      } else {
+        gloo_options->devices = torch_default_devices();
+      }
+      gloo_options->threads = 1;
+      auto pg_store = c10::make_intrusive<c10d::PrefixStore>("gloo", store_);
       group_ = c10::make_intrusive<c10d::ProcessGroupGloo>(pg_store, rank, size, gloo_options);
     } catch (const std::exception& e) {
       throw Error("rank " + std::to_string(rank) + " could not connect the Gloo mesh: " + e.what());
     }
   }
 
-  // Over a group the program made (torch.distributed's): its store may be null (no hang
-  // diagnosis then); every wait is bounded by options.timeout, not the group's own.
-  GlooCollectives(c10::intrusive_ptr<c10d::ProcessGroup> group,
-                  c10::intrusive_ptr<c10d::Store> store, const GlooOptions& options)
-      : GlooCollectives(std::move(store), group->getRank(), group->getSize(), options,
-                        /*owns_group=*/false) {
-    ignore_sigpipe_left_at_default();
-    group_ = std::move(group);
-  }
-
   ~GlooCollectives() override {
-    // A group the program made is the program's to close.
-    if (!owns_group_) return;
     // On a normal exit, leave together so that no rank tears down connections a peer is
-    // still reading. Not while an exception unwinds: the peers are then inside some other
-    // collective, and a barrier would wait for the whole timeout before this rank can exit
-    // and let the launcher stop the rest.
-    if (std::uncaught_exceptions() > 0) return;
+    // still reading. Not after a failed collective or while an exception unwinds: the
+    // peers are then inside some other collective (or gone), and a barrier would wait for
+    // the whole timeout before this rank can exit and let the launcher stop the rest.
+    if (!leave_together_ || failed_ || std::uncaught_exceptions() > 0) return;
     try {
       c10d::BarrierOptions options;
       options.timeout = std::min<std::chrono::milliseconds>(timeout_, std::chrono::seconds(30));
@@ -327,6 +358,7 @@ class GlooCollectives : public Collectives {
   // had not reached it once the others had failed too (Error: the cause is the connection).
   [[noreturn]] void fail(uint64_t sequence, const std::string& op, const std::string& cause,
                          bool waited) {
+    failed_ = true;
     publish_progress(sequence);
     std::string progress_note;
     const std::vector<int> behind = waited ? ranks_behind(sequence, progress_note)
@@ -348,16 +380,6 @@ class GlooCollectives : public Collectives {
   }
 
  private:
-  GlooCollectives(c10::intrusive_ptr<c10d::Store> store, int rank, int size,
-                  const GlooOptions& options, bool owns_group)
-      : store_(std::move(store)),
-        rank_(rank),
-        size_(size),
-        timeout_(options.timeout),
-        slow_after_(std::min(options.slow_after, options.timeout / 4)),
-        failure_report_file_(options.failure_report_file),
-        owns_group_(owns_group) {}
-
   // Numbers the next collective; nothing leaves this rank (see slow_after).
   uint64_t begin(const char*) { return ++sequence_; }
 
@@ -377,7 +399,8 @@ class GlooCollectives : public Collectives {
   std::chrono::milliseconds timeout_;
   std::chrono::milliseconds slow_after_;
   std::string failure_report_file_;
-  bool owns_group_;
+  bool leave_together_;
+  std::atomic<bool> failed_{false};  // a collective failed (any thread)
   uint64_t sequence_ = 0;
   std::vector<int64_t> sizes_;                       // allgather_bytes's scratch, kept across calls
   Bytes padded_;                                     // allgather_bytes's send buffer
@@ -411,12 +434,6 @@ void GlooWork::wait() {
 }
 
 }  // namespace
-
-std::unique_ptr<Collectives> make_process_group_collectives(
-    c10::intrusive_ptr<c10d::ProcessGroup> group, c10::intrusive_ptr<c10d::Store> store,
-    const GlooOptions& options) {
-  return std::make_unique<GlooCollectives>(std::move(group), std::move(store), options);
-}
 
 std::unique_ptr<Collectives> make_gloo_collectives(c10::intrusive_ptr<c10d::Store> store, int rank,
                                                    int size, const GlooOptions& options) {

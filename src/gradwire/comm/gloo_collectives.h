@@ -16,28 +16,35 @@
 namespace gradwire::comm {
 
 struct GlooOptions {
+  // Every wait, and the group's own (Gloo's) timeout: after a TimeoutError no work of the
+  // group outlives it by more than the time it waited, so the process can exit promptly.
   std::chrono::milliseconds timeout{std::chrono::seconds(300)};
   // A collective still waiting after this (at most a quarter of the timeout) publishes its
   // progress for the hang diagnosis above. Point-to-point transfers are not probed: they
   // may take as long as the timeout, as a large message on a slow link does.
   std::chrono::milliseconds slow_after{std::chrono::seconds(1)};
-  std::string bind_hostname;   // used when bind_interface is empty
-  std::string bind_interface;  // e.g. "eth0"
+  // Where the group's sockets bind: bind_interface (e.g. "eth0"), else bind_hostname; both
+  // empty: as torch.distributed binds a Gloo group (GLOO_SOCKET_IFNAME, a comma-separated
+  // list of interfaces, else the address the machine's hostname resolves to).
+  std::string bind_hostname;
+  std::string bind_interface;
   // A collective that fails because ranks never arrived names them here
   // (core/failure_report.h); empty: nowhere.
   std::string failure_report_file;
+  // Destruction waits (a barrier, at most 30 s) until every rank leaves, so that no rank
+  // closes connections a peer still reads; never after a failed collective or while an
+  // exception unwinds. False for groups whose destruction the ranks do not share (the
+  // Python module's: a hook state is collected whenever Python collects it).
+  bool leave_together = true;
 };
 
+// A Gloo group of gradwire's own over `store` (its connections rendezvous under the
+// "gloo" prefix, the hang diagnosis above under "progress/"), whose threads write to their
+// sockets with SIGPIPE blocked: a write to a peer that closed its connection fails with
+// EPIPE and becomes an error naming the peer, whatever the program's SIGPIPE disposition,
+// which this leaves as it is (the threads are made with the signal blocked in their mask,
+// inherited from the creating thread; no process-wide disposition changes).
 std::unique_ptr<Collectives> make_gloo_collectives(c10::intrusive_ptr<c10d::Store> store, int rank,
                                                    int size, const GlooOptions& options);
-
-// Collectives over a process group the program made (torch.distributed's, for the Python
-// module): rank and size are the group's. Every wait is bounded by options.timeout (the
-// group's own timeout, 30 minutes by default in torch.distributed, is not waited out); the
-// hang diagnosis above needs `store` (null: none, a failure names no rank). The group is
-// not closed on destruction. Only options.timeout, slow_after and failure_report_file apply.
-std::unique_ptr<Collectives> make_process_group_collectives(
-    c10::intrusive_ptr<c10d::ProcessGroup> group, c10::intrusive_ptr<c10d::Store> store,
-    const GlooOptions& options);
 
 }  // namespace gradwire::comm

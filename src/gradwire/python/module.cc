@@ -6,7 +6,6 @@
 #include <torch/csrc/Exceptions.h>
 #include <torch/csrc/jit/python/pybind_utils.h>
 #include <torch/csrc/utils/pybind.h>
-#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
@@ -103,18 +102,37 @@ std::chrono::milliseconds seconds_to_ms(double seconds) {
   return std::chrono::milliseconds(static_cast<int64_t>(seconds * 1000.0));
 }
 
-std::unique_ptr<comm::Collectives> collectives_over(
-    const c10::intrusive_ptr<c10d::ProcessGroup>& group,
-    const c10::intrusive_ptr<c10d::Store>& store, double timeout_s) {
-  comm::GlooOptions options;
-  options.timeout = seconds_to_ms(timeout_s);
-  options.slow_after = std::min(options.slow_after, options.timeout / 4);
-  return comm::make_process_group_collectives(group, store, options);
-}
-
 size_t megabytes(double mb, const char* what) {
   if (!(mb > 0)) throw ConfigError(std::string(what) + " must be positive");
   return static_cast<size_t>(mb * 1024.0 * 1024.0);
+}
+
+// A Gloo group of gradwire's own for `rank` of `size` ranks, rendezvousing over `store`
+// (the Python side gives every group a prefix of the job's store that the same group's ranks
+// agree on). Its own: gradwire's timeout bounds its Gloo operations too, so a rank that
+// raised gradwire.TimeoutError has nothing left running that keeps it from exiting; the
+// program's groups see none of gradwire's traffic; its threads block SIGPIPE
+// (comm/gloo_collectives.h). Destroyed without a barrier (Python collects it when it will).
+std::unique_ptr<comm::Collectives> own_group(const c10::intrusive_ptr<c10d::Store>& store,
+                                             int rank, int size, double timeout_s) {
+  comm::GlooOptions options;
+  options.timeout = seconds_to_ms(timeout_s);
+  options.slow_after = std::min(options.slow_after, options.timeout / 4);
+  options.leave_together = false;
+  return comm::make_gloo_collectives(store, rank, size, options);
+}
+
+CommHookOptions hook_options(const std::string& codec, const std::string& sparse_aggregation,
+                             const std::string& quantized_path, double bucket_cap_mb,
+                             double first_bucket_mb, bool overlap) {
+  CommHookOptions options;
+  options.codec = codec;
+  options.sparse_aggregation = sparse_aggregation;
+  options.quantized_path = quantized_path;
+  options.bucket_bytes = megabytes(bucket_cap_mb, "bucket_cap_mb");
+  options.first_bucket_bytes = megabytes(first_bucket_mb, "first_bucket_mb");
+  options.overlap = overlap;
+  return options;
 }
 
 py::dict traffic_dict(const strategy::TrafficStats& t) {
@@ -211,25 +229,49 @@ PYBIND11_MODULE(_C, m) {
   m.def("timeline_events_json", [] { return Timeline::global().events_json(); });
   m.def("timeline_trace_json", &Timeline::trace_json);
 
+  m.def(
+      "check_hook_options",
+      [](const std::string& codec, const std::string& sparse_aggregation,
+         const std::string& quantized_path, double bucket_cap_mb, double first_bucket_mb,
+         bool overlap) {
+        DdpCommHook::check_options(hook_options(codec, sparse_aggregation, quantized_path,
+                                                bucket_cap_mb, first_bucket_mb, overlap));
+      },
+      "ConfigError for a hook's bad codec or option, on this rank alone.");
+  m.def(
+      "hook_state_rank",
+      [](const py::bytes& state) { return DdpCommHook::saved_rank(from_py_bytes(state)); },
+      "(rank, world size) a DDP hook state was saved on; PayloadError for other bytes.");
+
+  m.def(
+      "failed_future",
+      [](const py::object& exception) {
+        // A hook's future that fails with `exception` as it is: a Python future's exception
+        // would reach backward()'s caller as a RuntimeError about casting (DDP reads a failed
+        // Python future's value).
+        auto future = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
+        PyErr_SetObject(reinterpret_cast<PyObject*>(Py_TYPE(exception.ptr())), exception.ptr());
+        python_error error;
+        error.persist();
+        future->setError(std::make_exception_ptr(std::move(error)));
+        return python_future(future);
+      },
+      "A hook's future failed with the given exception, which backward() then raises.");
+
   py::class_<DdpCommHook, std::shared_ptr<DdpCommHook>>(m, "DdpCommHook")
       .def(py::init([](const std::string& codec, const std::string& sparse_aggregation,
                        const std::string& quantized_path, double bucket_cap_mb,
                        double first_bucket_mb, bool overlap,
-                       const c10::intrusive_ptr<c10d::ProcessGroup>& group,
-                       const c10::intrusive_ptr<c10d::Store>& store, double timeout_s) {
-             CommHookOptions options;
-             options.codec = codec;
-             options.sparse_aggregation = sparse_aggregation;
-             options.quantized_path = quantized_path;
-             options.bucket_bytes = megabytes(bucket_cap_mb, "bucket_cap_mb");
-             options.first_bucket_bytes = megabytes(first_bucket_mb, "first_bucket_mb");
-             options.overlap = overlap;
-             return std::make_shared<DdpCommHook>(collectives_over(group, store, timeout_s),
-                                                  options);
+                       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       double timeout_s) {
+             return std::make_shared<DdpCommHook>(
+                 own_group(store, rank, size, timeout_s),
+                 hook_options(codec, sparse_aggregation, quantized_path, bucket_cap_mb,
+                              first_bucket_mb, overlap));
            }),
            py::arg("codec"), py::arg("sparse_aggregation"), py::arg("quantized_path"),
            py::arg("bucket_cap_mb"), py::arg("first_bucket_mb"), py::arg("overlap"),
-           py::arg("group"), py::arg("store"), py::arg("timeout_s"),
+           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
            py::call_guard<py::gil_scoped_release>())
       .def(
           "exchange",
@@ -250,6 +292,7 @@ PYBIND11_MODULE(_C, m) {
           },
           py::arg("buffer"), py::arg("keys"), py::arg("shapes"), py::arg("names"),
           py::arg("is_last"))
+      .def("watch_gradients", &DdpCommHook::watch_gradients, py::arg("keys"), py::arg("params"))
       .def_property_readonly("codec", &DdpCommHook::codec)
       .def_property_readonly("rank", &DdpCommHook::rank)
       .def_property_readonly("world_size", &DdpCommHook::world_size)
@@ -282,8 +325,8 @@ PYBIND11_MODULE(_C, m) {
       .def(py::init([](const std::string& codec, uint64_t inner_steps, int fragments,
                        uint64_t delay, double outer_lr, double outer_momentum, bool nesterov,
                        uint64_t outer_warmup, double link_bits_per_s, double link_latency_s,
-                       const c10::intrusive_ptr<c10d::ProcessGroup>& group,
-                       const c10::intrusive_ptr<c10d::Store>& store, double timeout_s,
+                       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
+                       double timeout_s,
                        std::vector<std::string> names, const std::vector<at::Tensor>& params,
                        const std::vector<at::Tensor>& buffers) {
              strategy::diloco::DiLoCoOptions o;
@@ -297,7 +340,7 @@ PYBIND11_MODULE(_C, m) {
              o.outer_warmup = outer_warmup;
              if (!(link_bits_per_s > 0)) throw ConfigError("link_bits_per_s must be positive");
              o.link = comm::LinkModel::from_bandwidth(link_latency_s, link_bits_per_s);
-             return std::make_shared<DiLoCoModel>(collectives_over(group, store, timeout_s),
+             return std::make_shared<DiLoCoModel>(own_group(store, rank, size, timeout_s),
                                                   std::move(o), std::move(names), params, buffers);
            }),
            py::call_guard<py::gil_scoped_release>())
@@ -305,6 +348,8 @@ PYBIND11_MODULE(_C, m) {
       .def("finish", &DiLoCoModel::finish, py::call_guard<py::gil_scoped_release>())
       .def("global_parameters", &DiLoCoModel::global_parameters,
            py::call_guard<py::gil_scoped_release>())
+      .def("agreed_buffers", &DiLoCoModel::agreed_buffers)
+      .def("set_agreed_buffers", &DiLoCoModel::set_agreed_buffers)
       .def("wait_for_exchange", &DiLoCoModel::wait_for_exchange,
            py::call_guard<py::gil_scoped_release>())
       .def_property_readonly("just_synchronized", &DiLoCoModel::just_synchronized)

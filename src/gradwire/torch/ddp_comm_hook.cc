@@ -3,9 +3,11 @@
 #include <ATen/ATen.h>
 
 #include <algorithm>
+#include <chrono>
 #include <exception>
 #include <utility>
 
+#include "gradwire/comm/local_collectives.h"
 #include "gradwire/compress/layer_classification.h"
 #include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
@@ -17,7 +19,8 @@ namespace {
 
 constexpr uint32_t kStateMagic = 0x4b484757;  // "GWHK"
 // 2: parameters in registration order (1 numbered them in reverse of the first step's).
-constexpr uint32_t kStateVersion = 2;
+// 3: the rank and world size it was saved on.
+constexpr uint32_t kStateVersion = 3;
 
 std::string shape_text(const std::vector<int64_t>& shape) {
   std::string text = "[";
@@ -54,31 +57,38 @@ strategy::AllreduceOptions strategy_options(const CommHookOptions& options) {
 
 }  // namespace
 
+void DdpCommHook::check_options(const CommHookOptions& given) {
+  CommHookOptions options = given;
+  if (options.codec.empty()) options.codec = "auto";
+  options.codec = strategy::canonical_codec(options.codec);
+  // A strategy over small tensors (one, and each a layer policy names, whose presence in
+  // the model the first step checks), on this rank alone: a bad option throws here.
+  comm::LocalCollectives alone(std::make_shared<comm::LocalGroup>(1, std::chrono::seconds(1)), 0);
+  auto probe = strategy::create_allreduce_strategy(alone, strategy_options(options));
+  std::vector<std::string> names{"probe"};
+  if (!strategy::is_adaptive_codec(options.codec)) {
+    for (auto& name : compress::CodecPolicy::parse(options.codec).named_tensors()) {
+      names.push_back(std::move(name));
+    }
+  }
+  std::vector<std::vector<float>> values(names.size(), std::vector<float>(16, 0.0f));
+  std::vector<compress::TensorInfo> infos;
+  strategy::FloatSpans spans;
+  for (size_t k = 0; k < names.size(); ++k) {
+    infos.push_back({names[k], {16}, compress::LayerKind::kOther});
+    spans.push_back(std::span<float>(values[k]));
+  }
+  probe->start(infos, spans);
+}
+
 DdpCommHook::DdpCommHook(std::unique_ptr<comm::Collectives> collectives, CommHookOptions options)
-    : collectives_(std::move(collectives)), options_(std::move(options)) {
+    : collectives_(std::move(collectives)),
+      options_(std::move(options)),
+      had_gradient_(std::make_shared<std::vector<uint8_t>>()) {
   if (options_.codec.empty()) options_.codec = "auto";
   codec_ = strategy::canonical_codec(options_.codec);
   options_.codec = codec_;
-  // A strategy over small tensors (one, and each a layer policy names, whose presence in
-  // the model the first step checks): a bad option throws here, on every rank alike,
-  // before the ranks compare configurations.
-  {
-    auto probe = strategy::create_allreduce_strategy(*collectives_, strategy_options(options_));
-    std::vector<std::string> names{"probe"};
-    if (!strategy::is_adaptive_codec(codec_)) {
-      for (auto& name : compress::CodecPolicy::parse(codec_).named_tensors()) {
-        names.push_back(std::move(name));
-      }
-    }
-    std::vector<std::vector<float>> values(names.size(), std::vector<float>(16, 0.0f));
-    std::vector<compress::TensorInfo> infos;
-    strategy::FloatSpans spans;
-    for (size_t k = 0; k < names.size(); ++k) {
-      infos.push_back({names[k], {16}, compress::LayerKind::kOther});
-      spans.push_back(std::span<float>(values[k]));
-    }
-    probe->start(infos, spans);
-  }
+  check_options(options_);  // every rank alike, before the ranks compare configurations
   strategy::check_same_configuration(
       *collectives_,
       {"ddp comm hook", "codec " + codec_, "sparse aggregation " + options_.sparse_aggregation,
@@ -88,12 +98,73 @@ DdpCommHook::DdpCommHook(std::unique_ptr<comm::Collectives> collectives, CommHoo
        std::string("overlap ") + (options_.overlap ? "on" : "off")});
 }
 
-DdpCommHook::~DdpCommHook() = default;
+DdpCommHook::~DdpCommHook() { unwatch(); }
+
+void DdpCommHook::unwatch() {
+  for (auto& watch : watches_) watch.param.remove_hook(watch.handle);
+  watches_.clear();
+}
+
+void DdpCommHook::watch_gradients(const std::vector<int64_t>& keys,
+                                  const std::vector<at::Tensor>& params) {
+  if (keys.size() != params.size()) {
+    throw ConfigError(std::to_string(keys.size()) + " keys for " + std::to_string(params.size()) +
+                      " parameters");
+  }
+  unwatch();
+  had_gradient_->assign(tensors_.size(), 0);
+  for (size_t j = 0; j < keys.size(); ++j) {
+    const auto found = index_of_.find(keys[j]);
+    if (found == index_of_.end() || !params[j].requires_grad()) continue;
+    const size_t k = found->second;
+    // Runs before the gradient is accumulated, so before DDP's own hook, whose bucket call
+    // may end the step.
+    const unsigned handle = params[j].register_hook(
+        [flags = had_gradient_, k](const at::Tensor&) { (*flags)[k] = 1; });
+    watches_.push_back({params[j], handle});
+  }
+}
+
 
 c10::intrusive_ptr<c10::ivalue::Future> DdpCommHook::exchange(
     const at::Tensor& buffer, const std::vector<int64_t>& keys,
     const std::vector<std::vector<int64_t>>& shapes, const std::vector<std::string>& names,
     bool is_last) {
+  auto done = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
+  pending_.push_back({buffer, done});
+  try {
+    take_bucket(buffer, keys, shapes, names);
+  } catch (const std::exception& e) {
+    if (step_failure_.empty()) step_failure_ = e.what();
+  }
+  if (!is_last) return done;
+  if (!strategy_) {
+    // The first step: the strategy is made from what every bucket showed (no collective).
+    // A rank that could not take it fails alone: without a strategy it has nothing to
+    // exchange (the ranks run the same model, so the others fail alike).
+    try {
+      if (!step_failure_.empty()) throw ConfigError(step_failure_);
+      if (broken_.empty()) create_strategy();
+    } catch (...) {
+      if (!strategy_) {  // the next step collects anew
+        tensors_.clear();
+        index_of_.clear();
+        spans_.clear();
+      }
+      first_step_buckets_.clear();
+      step_failure_.clear();
+      fail_step(std::current_exception());
+      return done;
+    }
+  }
+  finish_step();
+  return done;
+}
+
+void DdpCommHook::take_bucket(const at::Tensor& buffer, const std::vector<int64_t>& keys,
+                              const std::vector<std::vector<int64_t>>& shapes,
+                              const std::vector<std::string>& names) {
+  if (!strategy_) first_step_buckets_.push_back(0);
   if (!buffer.device().is_cpu()) {
     throw ConfigError(
         "gradwire's DDP hook runs on CPU tensors only; this model's gradients are on " +
@@ -114,10 +185,6 @@ c10::intrusive_ptr<c10::ivalue::Future> DdpCommHook::exchange(
     throw ConfigError("a bucket of " + std::to_string(buffer.numel()) +
                       " elements whose parameters' shapes hold " + std::to_string(total));
   }
-
-  auto done = c10::make_intrusive<c10::ivalue::Future>(c10::TensorType::get());
-  pending_.push_back({buffer, done});
-  if (!strategy_) first_step_buckets_.push_back(0);
   float* data = buffer.data_ptr<float>();
   for (size_t j = 0; j < keys.size(); ++j) {
     const size_t n = numel_of(shapes[j]);
@@ -147,8 +214,13 @@ c10::intrusive_ptr<c10::ivalue::Future> DdpCommHook::exchange(
       throw ConfigError("parameter '" + tensors_[k].name + "' was " +
                         shape_text(tensors_[k].shape) + " and is now " + shape_text(shapes[j]));
     }
+    if (reported_[k]) continue;  // shown twice: the first one stands
     spans_[k] = grad;
     reported_[k] = 1;
+    // Without a gradient here (DDP's zeros for a parameter backward did not reach): handed
+    // over at the step's end, after its codec state is held (finish_step()).
+    const auto& had = *had_gradient_;
+    if (had.size() == tensors_.size() && !had[k]) continue;
     if (broken_.empty()) {
       try {
         strategy_->gradient_ready(k, grad);
@@ -157,55 +229,37 @@ c10::intrusive_ptr<c10::ivalue::Future> DdpCommHook::exchange(
       }
     }
   }
-  if (is_last) {
-    if (!strategy_ && broken_.empty()) {
-      try {
-        create_strategy();
-      } catch (...) {
-        fail_step(std::current_exception());
-        return done;
-      }
-    }
-    finish_step();
-  }
-  return done;
 }
 
 void DdpCommHook::create_strategy() {
   // Registration order: the first step's buckets last to first, each as listed (the
   // header says why).
   const size_t n = tensors_.size();
-  size_t counted = 0;
-  for (size_t count : first_step_buckets_) counted += count;
-  // Once: a creation that failed after this left the parameters ordered (and the counts of
-  // the steps since cover none of them).
-  if (counted == n) {
-    std::vector<size_t> order;  // order[new index] = index in the first step
-    order.reserve(n);
-    size_t end = n;
-    for (auto count = first_step_buckets_.rbegin(); count != first_step_buckets_.rend(); ++count) {
-      for (size_t k = end - *count; k < end; ++k) order.push_back(k);
-      end -= *count;
-    }
-    std::vector<size_t> new_index(n);
-    for (size_t k = 0; k < n; ++k) new_index[order[k]] = k;
-    std::vector<compress::TensorInfo> tensors(n);
-    strategy::FloatSpans spans(n);
-    for (size_t k = 0; k < n; ++k) {
-      tensors[k] = std::move(tensors_[order[k]]);
-      spans[k] = spans_[order[k]];
-    }
-    tensors_ = std::move(tensors);
-    spans_ = std::move(spans);
-    for (auto& [key, index] : index_of_) index = new_index[index];
+  std::vector<size_t> order;  // order[new index] = index in the first step
+  order.reserve(n);
+  size_t end = n;
+  for (auto count = first_step_buckets_.rbegin(); count != first_step_buckets_.rend(); ++count) {
+    for (size_t k = end - *count; k < end; ++k) order.push_back(k);
+    end -= *count;
   }
+  std::vector<size_t> new_index(n);
+  for (size_t k = 0; k < n; ++k) new_index[order[k]] = k;
+  std::vector<compress::TensorInfo> tensors(n);
+  strategy::FloatSpans spans(n);
+  for (size_t k = 0; k < n; ++k) {
+    tensors[k] = std::move(tensors_[order[k]]);
+    spans[k] = spans_[order[k]];
+  }
+  tensors_ = std::move(tensors);
+  spans_ = std::move(spans);
+  for (auto& [key, index] : index_of_) index = new_index[index];
   first_step_buckets_.clear();
   // Kept only once started: a creation that throws leaves none, and the next step retries.
   auto created = strategy::create_allreduce_strategy(*collectives_, strategy_options(options_));
   created->start(tensors_, spans_);  // issues no collective, touches no span
   strategy_ = std::move(created);
-  status_.assign(1, 0.0f);
-  status_carried_ = strategy_->carry_status(status_);
+  status_.assign(1 + n, 0.0f);
+  status_carried_ = collectives_->size() > 1 && strategy_->carry_status(status_);
   reported_.assign(n, 1);  // this step showed every one of them
   if (loaded_) {
     const Bytes bytes = std::move(*loaded_);
@@ -215,24 +269,57 @@ void DdpCommHook::create_strategy() {
 }
 
 void DdpCommHook::finish_step() {
+  const size_t n = tensors_.size();
+  std::string local_failure = std::move(step_failure_);
+  step_failure_.clear();
   try {
     if (!broken_.empty()) throw Error("an earlier exchange of this hook failed: " + broken_);
-    for (size_t k = 0; k < reported_.size(); ++k) {
-      if (!reported_[k]) {
-        throw ConfigError("parameter '" + tensors_[k].name +
-                          "' was in no bucket of this step; gradwire's DDP hook needs every "
-                          "parameter of the first step in every step");
+    // What this rank could not take contributes zeros, so that every collective of the
+    // step still runs on every rank, and the failure word says why.
+    size_t missing = 0;
+    for (size_t k = 0; k < n; ++k) {
+      if (!reported_[k]) missing += tensors_[k].numel();
+    }
+    if (missing > 0 && local_failure.empty()) {
+      for (size_t k = 0; k < n; ++k) {
+        if (reported_[k]) continue;
+        local_failure = "parameter '" + tensors_[k].name +
+                        "' was in no bucket of this step; gradwire's DDP hook needs every "
+                        "parameter of the first step in every step";
+        break;
       }
     }
+    zeros_.assign(missing, 0.0f);
+    for (size_t k = 0, at = 0; k < n; ++k) {
+      if (reported_[k]) continue;
+      spans_[k] = std::span<float>(zeros_.data() + at, tensors_[k].numel());
+      at += tensors_[k].numel();
+    }
+    // The status: [failed, had a gradient per parameter]. A parameter without one keeps
+    // its codec state (put back below where no rank had one).
+    std::vector<uint8_t>& had = *had_gradient_;
+    const bool watching = had.size() == n;
+    std::fill(status_.begin(), status_.end(), 0.0f);
+    status_[0] = local_failure.empty() ? 0.0f : 1.0f;  // read by the strategy's last collective
+    for (size_t k = 0; k < n; ++k) {
+      const bool used = !watching || had[k];
+      status_[1 + k] = used ? 1.0f : 0.0f;
+      if (!used) strategy_->hold_codec_state(k);
+    }
+    if (watching) std::fill(had.begin(), had.end(), 0);
     std::string failure;
     try {
-      status_[0] = 0.0f;
       strategy_->synchronize(spans_);
-      failure = agreed_failure(strategy_->take_local_failure());
+      failure = agreed_failure(local_failure.empty() ? strategy_->take_local_failure()
+                                                     : local_failure);
     } catch (const std::exception& e) {
       broken_ = e.what();  // a collective failed: the ranks may no longer be in step
+      strategy_->restore_codec_states({});
       throw;
     }
+    std::vector<uint8_t> unused_everywhere(n);
+    for (size_t k = 0; k < n; ++k) unused_everywhere[k] = status_[1 + k] == 0.0f;
+    strategy_->restore_codec_states(unused_everywhere);
     if (!failure.empty()) throw Error(failure);
   } catch (...) {
     fail_step(std::current_exception());
@@ -252,7 +339,7 @@ void DdpCommHook::fail_step(std::exception_ptr error) {
 }
 
 std::string DdpCommHook::agreed_failure(const std::string& local_failure) {
-  if (!local_failure.empty()) status_[0] = 1.0f;
+  if (!local_failure.empty()) status_[0] = 1.0f;  // the strategy sets it for its own
   if (!status_carried_ && collectives_->size() > 1) {
     collectives_->allreduce_max(status_.data(), status_.size());
   }
@@ -297,6 +384,8 @@ Bytes DdpCommHook::save_state() const {
   ByteWriter writer(out);
   writer.put<uint32_t>(kStateMagic);
   writer.put<uint32_t>(kStateVersion);
+  writer.put<int32_t>(collectives_->rank());
+  writer.put<int32_t>(collectives_->size());
   writer.put_string(codec_);
   writer.put<uint32_t>(static_cast<uint32_t>(strategy_ ? tensors_.size() : 0));
   if (!strategy_) return out;
@@ -310,14 +399,43 @@ Bytes DdpCommHook::save_state() const {
   return out;
 }
 
-void DdpCommHook::load_state(const Bytes& bytes) {
-  ByteReader in(bytes);
+namespace {
+
+// The state's header up to its rank and world size.
+std::pair<int, int> read_owner(ByteReader& in) {
   if (in.get<uint32_t>("hook state magic") != kStateMagic) {
     throw PayloadError("not a gradwire DDP hook state");
   }
   if (const auto version = in.get<uint32_t>("hook state version"); version != kStateVersion) {
-    throw PayloadError("a DDP hook state of version " + std::to_string(version) +
-                       "; this gradwire reads version " + std::to_string(kStateVersion));
+    throw PayloadError(
+        "a DDP hook state of version " + std::to_string(version) + "; this gradwire reads version " +
+        std::to_string(kStateVersion) +
+        (version < 3 ? " (earlier states do not say which rank saved them: each rank's error "
+                       "feedback differs, so a state cannot be resumed without it)"
+                     : ""));
+  }
+  const auto rank = in.get<int32_t>("hook state rank");
+  const auto size = in.get<int32_t>("hook state world size");
+  return {rank, size};
+}
+
+}  // namespace
+
+std::pair<int, int> DdpCommHook::saved_rank(const Bytes& state) {
+  ByteReader in(state);
+  return read_owner(in);
+}
+
+void DdpCommHook::load_state(const Bytes& bytes) {
+  ByteReader in(bytes);
+  const auto [rank, size] = read_owner(in);
+  if (rank != collectives_->rank() || size != collectives_->size()) {
+    throw MismatchError(
+        "the hook state is rank " + std::to_string(rank) + "'s of " + std::to_string(size) +
+        " ranks; this is rank " + std::to_string(collectives_->rank()) + " of " +
+        std::to_string(collectives_->size()) +
+        ": each rank saves and loads its own hook state (error feedback's residuals differ "
+        "from rank to rank)");
   }
   const std::string codec = in.get_string("hook state codec");
   if (codec != codec_) {

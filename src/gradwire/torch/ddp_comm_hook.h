@@ -31,11 +31,23 @@
 // thread between steps (buffers, the bucket rebuild); the strategy's collectives all end
 // inside the last bucket's call, so DDP's always come after them, on every rank.
 //
-// Failures. A codec that refuses one rank's gradient (int8 on non-finite values) fails
-// every rank's futures of that step with the same message naming the rank and the cause
-// (the strategy carries a failure word on its last collective; the causes are then
-// allgathered). A collective that fails (a peer died, a timeout) fails the step's futures,
-// and every later step at once with the same cause. DDP rethrows the error from backward().
+// Parameters without a gradient. With find_unused_parameters=True DDP hands over zeros for
+// a parameter this rank's backward did not reach, and throws the average away where no
+// rank reached it. The hook learns which parameters got a gradient from a hook of its own on
+// each (watch_gradients(), from the second step on), carries those flags on the step's last
+// collective and, as DistributedOptimizer does, keeps the codec state of a parameter
+// without a gradient as it was and puts it back where no rank had one: error feedback's
+// residual is not "sent" into an average DDP discards.
+//
+// Failures. A codec that refuses one rank's gradient (int8 on non-finite values), or a
+// bucket this rank cannot take (a parameter the first step did not show, a shape that
+// changed, a buffer that is not contiguous fp32), fails every rank's futures of that step
+// with the same message naming the rank and the cause: the failing rank still issues every
+// collective of the step (zeros in place of what it could not take) and raises the failure
+// word the strategy carries on its last collective (the causes are then allgathered). A
+// collective that fails (a peer died, a timeout) fails the step's futures, and every later
+// step at once with the same cause. DDP rethrows the error from backward(). Every future of
+// a step is completed when its last bucket's call returns, whatever failed.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -45,6 +57,7 @@
 #include <memory>
 #include <string>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "gradwire/comm/collectives.h"
@@ -70,9 +83,16 @@ struct CommHookOptions {
 
 class DdpCommHook {
  public:
+  // ConfigError for a codec the registry does not know or a bad option, on this rank
+  // alone (no collective): the Python state checks its options when it is made, binds to
+  // the ranks at its first bucket.
+  static void check_options(const CommHookOptions& options);
+  // The rank and world size a save_state() was taken on; PayloadError for bytes that are
+  // not a hook state.
+  static std::pair<int, int> saved_rank(const Bytes& state);
+
   // Checks on every rank that the configuration is the same (a collective on the caller's
-  // thread: MismatchError naming the first difference); ConfigError for a codec the
-  // registry does not know or a bad option.
+  // thread: MismatchError naming the first difference); ConfigError as check_options().
   DdpCommHook(std::unique_ptr<comm::Collectives> collectives, CommHookOptions options);
   ~DdpCommHook();
   DdpCommHook(const DdpCommHook&) = delete;
@@ -82,14 +102,22 @@ class DdpCommHook {
   // of the parameters `keys`, shaped `shapes`, named `names` (for layer policies and the
   // log; empty: "param<N>"), in order. Returns a future completed with `buffer` itself
   // holding the average over the ranks, or with the step's failure; the call for the last
-  // bucket (`is_last`) returns once the step's exchange is over. ConfigError (thrown here)
-  // for a buffer that is not contiguous fp32 on the CPU, sizes that do not add up, or a
-  // parameter the first step did not show.
+  // bucket (`is_last`) returns once the step's exchange is over, every future of the step
+  // completed. Never throws: a bucket that is not contiguous fp32 on the CPU, sizes that
+  // do not add up, a parameter the first step did not show fail the step (see above).
   c10::intrusive_ptr<c10::ivalue::Future> exchange(const at::Tensor& buffer,
                                                    const std::vector<int64_t>& keys,
                                                    const std::vector<std::vector<int64_t>>& shapes,
                                                    const std::vector<std::string>& names,
                                                    bool is_last);
+
+  // The parameters behind `keys`: from the next backward on, a hook on each marks it as
+  // having a gradient on this rank (see "Parameters without a gradient"); until then
+  // every parameter counts as having one. Between backward passes, or at the end of one
+  // (an autograd final callback): registering on a parameter while autograd runs its hooks
+  // is not safe. Keys the first step did not show are ignored; a second call replaces the
+  // first's hooks.
+  void watch_gradients(const std::vector<int64_t>& keys, const std::vector<at::Tensor>& params);
 
   // The optimizer's learning rate, before a step's last bucket (as DistributedOptimizer
   // passes it to the strategy every step): `auto` takes a decay to half or less as the
@@ -107,10 +135,12 @@ class DdpCommHook {
   // The strategy's buckets by parameter name, and how they were chosen.
   std::string bucket_layout() const;
 
-  // Checkpoints, between steps: the parameters' shapes and the strategy's state (codec
-  // states, auto's choice and measurements, the layout). load_state() before the first
-  // step keeps it until the first step has shown the parameters. MismatchError for another
-  // codec's state or other shapes, PayloadError for bytes that are not a hook state.
+  // Checkpoints, between steps: this rank's state (error feedback's residuals differ per
+  // rank): its rank and the world size, the parameters' shapes and the strategy's state
+  // (codec states, auto's choice and measurements, the layout). load_state() before the
+  // first step keeps it until the first step has shown the parameters. MismatchError for
+  // another rank's or world size's state, another codec's, other shapes; PayloadError for
+  // bytes that are not a hook state.
   Bytes save_state() const;
   void load_state(const Bytes& bytes);
 
@@ -119,14 +149,25 @@ class DdpCommHook {
     at::Tensor buffer;
     c10::intrusive_ptr<c10::ivalue::Future> done;
   };
+  struct Watch {  // a hook of watch_gradients()
+    at::Tensor param;
+    unsigned handle;
+  };
+  // One bucket's parameters: checked, then (first step) collected or reported to the
+  // strategy. Throws what makes this rank unable to take the bucket.
+  void take_bucket(const at::Tensor& buffer, const std::vector<int64_t>& keys,
+                   const std::vector<std::vector<int64_t>>& shapes,
+                   const std::vector<std::string>& names);
   // The first step's last call: the strategy over every parameter seen.
   void create_strategy();
-  // The step's end: synchronize(), the agreed failure, every future completed.
+  // The step's end: synchronize() (zeros for what this rank could not take), the agreed
+  // failure, the codec states of parameters without a gradient, every future completed.
   void finish_step();
   // "" when every rank encoded, else the message naming every rank's cause.
   std::string agreed_failure(const std::string& local_failure);
   void fail_step(std::exception_ptr error);
   void check_state_fits(const std::vector<std::vector<int64_t>>& shapes) const;
+  void unwatch();
 
   std::unique_ptr<comm::Collectives> collectives_;
   CommHookOptions options_;
@@ -138,8 +179,15 @@ class DdpCommHook {
   strategy::FloatSpans spans_;                    // this step's gradient of each parameter
   std::vector<uint8_t> reported_;                 // this step: parameter reported
   std::vector<Pending> pending_;                  // this step's buckets
-  std::vector<float> status_;                     // [failed], carried by the strategy
+  std::string step_failure_;  // why this rank cannot take this step's buckets ("" if it can)
+  std::vector<float> zeros_;  // what a parameter this rank could not take contributes
+  // [failed, had a gradient per parameter], carried by the strategy (or allreduced).
+  std::vector<float> status_;
   bool status_carried_ = false;
+  // Per parameter: a gradient reached it on this rank since the last exchange. Written by
+  // the hooks of watch_gradients() (autograd's thread, which runs the hook's calls too).
+  std::shared_ptr<std::vector<uint8_t>> had_gradient_;
+  std::vector<Watch> watches_;
   std::unique_ptr<Bytes> loaded_;  // a state loaded before the strategy existed
   std::string broken_;             // a failed collective: every later step fails with it
 };

@@ -76,13 +76,15 @@ DiLoCoModel::DiLoCoModel(std::unique_ptr<comm::Collectives> collectives,
   set_buffers(buffers);
   strategy_ = std::make_unique<strategy::diloco::DiLoCoStrategy>(*collectives_, std::move(options));
   strategy_->start(tensors, spans(params, "start"));  // agreement, rank 0's parameters
+  pack(buffers_, agreed_buffers_);
   if (!buffers_.empty() && collectives_->size() > 1) {
-    Bytes bytes;
-    pack(buffers_, bytes);
-    collectives_->broadcast(bytes.data(), bytes.size(), 0);
-    unpack(bytes, buffers_);
+    collectives_->broadcast(agreed_buffers_.data(), agreed_buffers_.size(), 0);
+    unpack(agreed_buffers_, buffers_);
     strategy_->carry_broadcast([this](Bytes& out) { pack(buffers_, out); },
-                               [this](const Bytes& in) { unpack(in, buffers_); });
+                               [this](const Bytes& in) {
+                                 unpack(in, buffers_);
+                                 agreed_buffers_ = in;
+                               });
   }
 }
 
@@ -131,12 +133,35 @@ void DiLoCoModel::finish(const std::vector<at::Tensor>& params,
   set_buffers(buffers);
   strategy_->follow_parameters(spans(params, "finish"));
   strategy_->finish();
+  pack(buffers_, agreed_buffers_);
   if (!buffers_.empty() && collectives_->size() > 1) {
-    Bytes bytes;
-    pack(buffers_, bytes);
-    collectives_->broadcast(bytes.data(), bytes.size(), 0);
-    unpack(bytes, buffers_);
+    collectives_->broadcast(agreed_buffers_.data(), agreed_buffers_.size(), 0);
+    unpack(agreed_buffers_, buffers_);
   }
+}
+
+void DiLoCoModel::agreed_buffers(const std::vector<at::Tensor>& out) const {
+  if (out.size() != buffers_.size()) {
+    throw ConfigError("agreed_buffers: " + std::to_string(out.size()) + " tensors for " +
+                      std::to_string(buffers_.size()) + " buffers");
+  }
+  for (size_t k = 0; k < out.size(); ++k) check_float_cpu(out[k], "buffer " + std::to_string(k));
+  unpack(agreed_buffers_, out);
+}
+
+void DiLoCoModel::set_agreed_buffers(const std::vector<at::Tensor>& in) {
+  if (in.size() != buffers_.size()) {
+    throw PayloadError("the checkpoint has " + std::to_string(in.size()) +
+                       " agreed buffers; this model " + std::to_string(buffers_.size()));
+  }
+  for (size_t k = 0; k < in.size(); ++k) {
+    check_float_cpu(in[k], "buffer " + std::to_string(k));
+    if (in[k].numel() != buffers_[k].numel()) {
+      throw PayloadError("the checkpoint's agreed buffer " + std::to_string(k) +
+                         " has another size than this model's");
+    }
+  }
+  pack(in, agreed_buffers_);
 }
 
 void DiLoCoModel::global_parameters(const std::vector<at::Tensor>& out) const {

@@ -12,7 +12,8 @@
 //   finish()       lands what is in flight and averages what every fragment did since:
 //                  one model on every rank
 // Buffers (BatchNorm's statistics) follow rank 0's whenever a round's last fragment lands
-// (carried on that exchange) and at finish().
+// (carried on that exchange) and at finish(); the agreed buffers are rank 0's as of then
+// (agreed_buffers()), as the agreed parameters are theta_g as of each fragment's landing.
 #pragma once
 
 #include <ATen/core/Tensor.h>
@@ -42,6 +43,11 @@ class DiLoCoModel {
   void finish(const std::vector<at::Tensor>& params, const std::vector<at::Tensor>& buffers);
   // The model the ranks agree on (theta_g), into `out` (tensors shaped as the parameters).
   void global_parameters(const std::vector<at::Tensor>& out) const;
+  // The buffers the ranks agree on: rank 0's when the last round's last fragment landed
+  // (at the start: rank 0's then; after finish(): the model's), into `out` (shaped as the
+  // buffers). set_agreed_buffers() puts them back from a checkpoint.
+  void agreed_buffers(const std::vector<at::Tensor>& out) const;
+  void set_agreed_buffers(const std::vector<at::Tensor>& in);
   // Waits for the exchange in flight (it still lands at its step): see the strategy's.
   void wait_for_exchange() const { strategy_->wait_for_exchange(); }
   // True when the last after_step() landed a round's last fragment.
@@ -65,6 +71,7 @@ class DiLoCoModel {
   std::unique_ptr<comm::Collectives> collectives_;
   std::vector<std::vector<int64_t>> shapes_;
   std::vector<at::Tensor> buffers_;  // as of the last call; the carried broadcast uses them
+  Bytes agreed_buffers_;              // rank 0's buffers as of the last synchronization
   std::unique_ptr<strategy::diloco::DiLoCoStrategy> strategy_;
 };
 

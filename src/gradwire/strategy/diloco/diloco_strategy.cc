@@ -182,6 +182,7 @@ void DiLoCoStrategy::wait_in_flight() const {
     // A codec that refused some rank's outer gradient ended every rank's collectives alike:
     // the ranks are still in step, and a checkpoint may be loaded (load_state()).
     failed_in_step_ = dynamic_cast<const RefusedOuterGradient*>(&e) != nullptr;
+    failed_by_timeout_ = dynamic_cast<const TimeoutError*>(&e) != nullptr;
     in_flight_.fragment = -1;
     check_not_failed();
   }
@@ -190,7 +191,9 @@ void DiLoCoStrategy::wait_in_flight() const {
 }
 
 void DiLoCoStrategy::check_not_failed() const {
-  if (!failed_.empty()) throw Error(failed_);
+  if (failed_.empty()) return;
+  if (failed_by_timeout_) throw TimeoutError(failed_);
+  throw Error(failed_);
 }
 
 void DiLoCoStrategy::land(const FloatSpans& params) {
@@ -537,6 +540,7 @@ void DiLoCoStrategy::load_state(ByteReader& in) {
   exchange_running_ = false;
   failed_.clear();
   failed_in_step_ = false;
+  failed_by_timeout_ = false;
   last_update_ = Clock::now();
 }
 

@@ -172,6 +172,7 @@ class DiLoCoStrategy : public Strategy {
   // failed_ came from a failure every rank met alike with its collectives complete (a codec
   // refused some rank's outer gradient, or the mean was non-finite): load_state() may go on.
   mutable bool failed_in_step_ = false;
+  mutable bool failed_by_timeout_ = false;  // thrown as the TimeoutError it was
   uint64_t steps_ = 0;
   uint64_t exchanges_ = 0;
   uint64_t last_sync_step_ = 0;
