@@ -23,6 +23,8 @@ once per DDP model: to resume, build a new DDP model and register a state loaded
 checkpoint; it continues exactly where the saved one was.
 """
 import logging
+import types
+import weakref
 
 import torch
 import torch.distributed as dist
@@ -70,6 +72,13 @@ class HookState:
             own: rank 8 ended above fp32's loss on gpt); and auto follows its learning
             rate, as the C++ path does: a decay to half or less starts a critical regime
             and a new trial of the plans. Without it, auto assumes SGD at a fixed rate.
+            The hook also follows its zero_grad() and step() (the latest hook state given
+            an optimizer does): a rank whose backward threw before any gradient was final
+            (a bad batch the program skipped) then takes part in the others' exchange of
+            that step at its next zero_grad(), so that the step fails on every rank (its
+            backward raises there, naming the rank) and the next steps pair; without it,
+            such a rank's next exchange pairs with the others' skipped one and the ranks
+            end a step apart (as with DDP's own allreduce).
         timeout: seconds any collective of the hook may take (default GRADWIRE_TIMEOUT,
             else 300) before every rank's backward() fails with gradwire.TimeoutError. It
             bounds the hook's group's own Gloo operations too: a rank that raised it has
@@ -110,6 +119,8 @@ class HookState:
         if model is not None:
             self._names = {id(p): name for name, p in model.named_parameters()}
         self._check()
+        if optimizer is not None:
+            _follow(optimizer, self)
 
     def _check(self):
         o = self.options
@@ -246,6 +257,37 @@ class HookState:
         self._optimizer = None
         self._check()
         self.load_state_dict(pickled["saved"])
+
+
+def _follow(optimizer, state):
+    """The optimizer's zero_grad() and step() tell `state` (the latest hook state given it)
+    where the program's loop is. Wrapped once per optimizer, as bound methods over the
+    class's (torch's LR schedulers wrap step() through __self__ and __func__)."""
+    optimizer.__dict__["_gradwire_hook_state"] = weakref.ref(state)
+    if "_gradwire_follows" in optimizer.__dict__:
+        return
+    optimizer.__dict__["_gradwire_follows"] = True
+    zero_grad, step = optimizer.zero_grad, optimizer.step
+
+    def following(_optimizer):
+        ref = _optimizer.__dict__.get("_gradwire_hook_state")
+        state = ref() if ref is not None else None
+        return state._impl if state is not None else None
+
+    def follow_zero_grad(_optimizer, *args, **kwargs):
+        impl = following(_optimizer)
+        if impl is not None:
+            impl.zero_grad()  # may first make up for a step this rank skipped
+        return zero_grad(*args, **kwargs)
+
+    def follow_step(_optimizer, *args, **kwargs):
+        out = step(*args, **kwargs)
+        impl = following(_optimizer)
+        if impl is not None:
+            impl.count_step()
+        return out
+    optimizer.zero_grad = types.MethodType(follow_zero_grad, optimizer)
+    optimizer.step = types.MethodType(follow_step, optimizer)
 
 
 def _gradwire_hook(state, bucket):

@@ -2,14 +2,15 @@
 
 #include <ATen/ATen.h>
 
+#include <pthread.h>
 #include <signal.h>
-#include <sys/socket.h>
 #include <unistd.h>
 
-#include <cerrno>
 
 #include <atomic>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <functional>
 #include <map>
 #include <mutex>
@@ -339,26 +340,70 @@ TEST(GlooCollectivesTest, RankThatThrowsLeavesPromptlyAndPeersFailNamingIt) {
 }
 
 // Gloo writes with writev: a write to a peer that has closed raises SIGPIPE, which under
-// the default disposition killed this test's process (three ranks as threads) before the
-// survivors could name rank 1. Making a group ignores SIGPIPE left at its default, so such
-// a write fails with EPIPE; a handler the program installed is kept.
-void expect_a_write_to_a_closed_socket_fails_with_epipe() {
-  int ends[2];
-  ASSERT_EQ(::socketpair(AF_UNIX, SOCK_STREAM, 0, ends), 0);
-  ::close(ends[1]);
-  const char byte = 0;
-  EXPECT_EQ(::write(ends[0], &byte, 1), -1);  // still alive: no SIGPIPE took the process
-  EXPECT_EQ(errno, EPIPE);
-  ::close(ends[0]);
+// the default disposition killed this test's process (ranks as threads) before the
+// survivors could name the peer. The group's threads are made with SIGPIPE blocked (the
+// creating thread's mask, inherited), so such a write fails with EPIPE and the collective
+// with an error; the process's disposition, and the program's own threads, are left as
+// they were (before, making a group set SIGPIPE to ignored for the whole process and, through
+// exec, its children).
+
+// This process's threads whose signal mask blocks SIGPIPE (/proc's SigBlk).
+int threads_blocking_sigpipe() {
+  int count = 0;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream status(task.path() / "status");
+    std::string line;
+    while (std::getline(status, line)) {
+      if (line.rfind("SigBlk:", 0) != 0) continue;
+      count += (std::stoull(line.substr(7), nullptr, 16) >> (SIGPIPE - 1)) & 1;
+    }
+  }
+  return count;
+}
+
+bool this_thread_blocks_sigpipe() {
+  sigset_t mask;
+  pthread_sigmask(SIG_SETMASK, nullptr, &mask);
+  return sigismember(&mask, SIGPIPE) == 1;
 }
 
 TEST(GlooCollectivesTest, AWriteToAPeerThatClosedIsAnErrorNotADeathBySignal) {
   ::signal(SIGPIPE, SIG_DFL);
-  run_gloo_ranks(2, [](int, std::unique_ptr<Collectives>& c) { c->barrier(); });
+  const int before = threads_blocking_sigpipe();
+  std::string error;
+  int with_groups = 0;
+  bool creator_blocks = true;
+  try {
+    run_gloo_ranks(
+        2,
+        [&](int rank, std::unique_ptr<Collectives>& cp) {
+          cp->barrier();
+          if (rank == 0) {
+            with_groups = threads_blocking_sigpipe();
+            creator_blocks = this_thread_blocks_sigpipe();
+          }
+          cp->barrier();
+          if (rank == 1) {
+            auto collectives = std::move(cp);  // closed while the exception unwinds
+            throw std::runtime_error("rank 1 leaves");
+          }
+          std::this_thread::sleep_for(500ms);  // rank 1's connections closed by now
+          std::vector<float> v(1 << 18, 1.0f);
+          try {
+            for (int i = 0; i < 4; ++i) cp->allreduce_sum(v.data(), v.size(), DataType::kFloat32);
+          } catch (const Error& e) {
+            error = e.what();
+          }
+        },
+        quick_timeouts(20s, /*op=*/10s));
+  } catch (const std::runtime_error&) {
+  }
+  EXPECT_FALSE(error.empty());  // an error, and this process still alive
+  EXPECT_GE(with_groups - before, 4) << "each rank's group worker and Gloo event loop";
+  EXPECT_FALSE(creator_blocks) << "the creating thread's mask is put back";
   struct sigaction now {};
   ASSERT_EQ(::sigaction(SIGPIPE, nullptr, &now), 0);
-  EXPECT_EQ(now.sa_handler, SIG_IGN);
-  expect_a_write_to_a_closed_socket_fails_with_epipe();
+  EXPECT_EQ(now.sa_handler, SIG_DFL);
 }
 
 void count_sigpipe(int) {}

@@ -391,6 +391,52 @@ def test_a_bucket_one_rank_cannot_take_fails_every_future_of_the_step_on_every_r
         assert seconds < 10, (rank, seconds)
 
 
+def skipped_batch_worker(rank, world, codec, drop_everywhere):
+    """6 steps of Net under DDP with the hook, which follows the optimizer; rank 1's batch
+    2 is rejected in backward before any gradient is final (a hook on the logits) and the
+    loop goes on, as a program that skips a bad batch does. `drop_everywhere`: the
+    reference, where every rank drops batch 2 before its forward."""
+    import time
+    torch.manual_seed(0)
+    model = Net()
+    ddp = DDP(model, bucket_cap_mb=BUCKET_MB)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05, momentum=0.9)
+    state, hook = gradwire.ddp.hook(codec, optimizer=opt)
+    ddp.register_comm_hook(state, hook)
+    out = []
+    for step, (x, y) in enumerate(batches(rank, 6)):
+        opt.zero_grad()
+        if step == 2 and drop_everywhere:
+            out.append(("dropped", "", 0.0))
+            continue
+        start = time.monotonic()
+        try:
+            logits = ddp(x)
+            if step == 2 and rank == 1:
+                logits.register_hook(lambda g: (_ for _ in ()).throw(RuntimeError("a bad batch")))
+            F.cross_entropy(logits, y).backward()
+            opt.step()
+            out.append("ok")
+        except Exception as e:  # noqa: BLE001 - the loop skips the batch and goes on
+            out.append((type(e).__name__, str(e), time.monotonic() - start))
+    return out, [p.detach().clone() for p in model.parameters()]
+
+
+@pytest.mark.parametrize("codec", ["none", "int8"])
+def test_a_skipped_batch_fails_that_step_on_every_rank_and_keeps_them_in_step(codec):
+    results = expect_success(run_ranks(2, skipped_batch_worker, codec, False))
+    (out0, params0), (out1, params1) = results
+    assert out1[:2] + out1[3:] == ["ok"] * 5 and out1[2][1] == "a bad batch", out1
+    assert out0[:2] + out0[3:] == ["ok"] * 5, out0
+    name, message, seconds = out0[2]
+    assert name == "Error" and "failed on rank 1: it skipped a step" in message, out0[2]
+    assert seconds < 10, seconds
+    assert_params_equal(params0, params1, codec)  # every step after it paired
+    if codec == "none":  # as a job that dropped batch 2 on every rank
+        dropped = expect_success(run_ranks(2, skipped_batch_worker, codec, True))
+        assert_params_equal(params0, dropped[0][1], "against the dropped batch")
+
+
 def dead_peer_worker(rank, world, timeout):
     torch.manual_seed(0)
     ddp = DDP(Net(), bucket_cap_mb=BUCKET_MB)

@@ -127,48 +127,81 @@ TEST(ExchangeFaultsTest, ACodecThatRefusesOneRanksGradientFailsEveryRankPromptly
   for (const auto& p : runs[0].params) EXPECT_TRUE(torch::isfinite(p).all().item<bool>());
 }
 
+// Runs RejectingNet on kWorld ranks with `codec`; rank 1's batch is rejected at step `bad`
+// (its backward throws before any parameter's gradient is final, so no exchange opens on
+// rank 1), and rank r runs steps[r] iterations. `everywhere`: every rank drops that batch
+// instead, before its backward (the reference).
+std::vector<RankRun> run_rejecting(const Problem& problem, const std::string& codec, int bad,
+                                   std::vector<int> steps, bool everywhere = false) {
+  std::vector<RankRun> runs(kWorld);
+  testing::run_gloo_ranks(kWorld, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
+    auto context = context_for(rank, kWorld, c);
+    RejectingNet net;
+    {
+      torch::NoGradGuard no_grad;
+      auto params = net.parameters();
+      for (size_t i = 0; i < params.size(); ++i) params[i].copy_(problem.init[i]);
+    }
+    DistributedOptimizer opt(context, SGD(net.parameters(), SGDOptions(0.1)), net,
+                             {.compressor = codec, .measured_buckets = false});
+    run_loop<RejectingNet>(
+        net, opt, problem, rank, steps[rank],
+        [&](RejectingNet& n, int s) { n.reject = (everywhere || rank == 1) && s == bad; },
+        runs[rank]);
+  });
+  return runs;
+}
+
 // A hook on the logits rejects rank 1's batch at step 2: no parameter hook runs there, so no
-// exchange opens on rank 1, and its next backward meets rank 0's step-2 exchange. Before,
-// the two averaged gradients of different steps and rank 0 hung at the job's last
-// exchange; now that exchange fails on both ranks at once, naming both sequence numbers.
-TEST(ExchangeFaultsTest, ABackwardThatThrowsBeforeAnyGradientPutsNoRankOutOfStep) {
+// exchange opens on rank 1. Before, its next backward met rank 0's step-2 exchange: the two
+// averaged gradients of different steps (or, since, failed "out of step") and the ranks
+// stayed a batch apart, rank 0 hanging at the job's last exchange. Now rank 1's next
+// zero_grad() takes part in rank 0's step-2 exchange as a failed contribution: that step
+// fails on both, naming rank 1, both run the same loop to its end, and (fp32) they end as a
+// job that dropped batch 2 on every rank.
+TEST(ExchangeFaultsTest, ABackwardThatThrowsBeforeAnyGradientFailsThatStepOnEveryRankAlone) {
   const Problem problem;
   constexpr int kSteps = 6, kBad = 2;
   for (const std::string codec : {"none", "int8"}) {
     SCOPED_TRACE(codec);
-    std::vector<RankRun> runs(kWorld);
-    testing::run_gloo_ranks(kWorld, [&](int rank, std::unique_ptr<comm::Collectives>& c) {
-      auto context = context_for(rank, kWorld, c);
-      RejectingNet net;
-      {
-        torch::NoGradGuard no_grad;
-        auto params = net.parameters();
-        for (size_t i = 0; i < params.size(); ++i) params[i].copy_(problem.init[i]);
-      }
-      DistributedOptimizer opt(context, SGD(net.parameters(), SGDOptions(0.1)), net,
-                               {.compressor = codec, .measured_buckets = false});
-      // Rank 1 drops a batch: it runs one iteration more, so that both make kSteps
-      // exchanges (in a real job the epoch's end tells; here the ranks would otherwise
-      // end one exchange apart).
-      run_loop<RejectingNet>(
-          net, opt, problem, rank, rank == 1 ? kSteps + 1 : kSteps,
-          [&](RejectingNet& n, int s) { n.reject = rank == 1 && s == kBad; }, runs[rank]);
-    });
-    // Rank 1: its own batch at step 2, then the exchange of step 3 paired with rank 0's
-    // step 2. Rank 0: that exchange. Then both go on in step, without another error.
-    ASSERT_EQ(runs[1].errors.size(), 2u);
+    const auto runs = run_rejecting(problem, codec, kBad, {kSteps, kSteps});
+    ASSERT_EQ(runs[1].errors.size(), 1u);
     EXPECT_NE(runs[1].errors.at(kBad).find("a rejected batch"), std::string::npos);
     ASSERT_EQ(runs[0].errors.size(), 1u);
     const std::string& e0 = runs[0].errors.at(kBad);
-    const std::string& e1 = runs[1].errors.at(kBad + 1);
-    for (const std::string* e : {&e0, &e1}) {
-      EXPECT_NE(e->find("the ranks are out of step"), std::string::npos) << *e;
-      EXPECT_NE(e->find("rank 0 7, rank 1 8"), std::string::npos) << *e;
-    }
+    EXPECT_NE(e0.find("the gradient exchange failed on rank 1: it skipped a step"),
+              std::string::npos)
+        << e0;
     EXPECT_LT(runs[0].error_seconds.at(kBad), kPromptSeconds);
-    EXPECT_LT(runs[1].error_seconds.at(kBad + 1), kPromptSeconds);
     expect_equal_params(runs);
+    if (codec == "none") {
+      const auto dropped = run_rejecting(problem, codec, kBad, {kSteps, kSteps}, true);
+      for (size_t i = 0; i < runs[0].params.size(); ++i) {
+        EXPECT_TRUE(torch::equal(runs[0].params[i], dropped[0].params[i])) << "tensor " << i;
+      }
+    }
   }
+}
+
+// A batch rejected before the first exchange: the ledger does not know the loop's
+// zero_grad() calls per step yet, so rank 1's next exchange meets rank 0's step 0. That
+// exchange fails on both at once, naming both sequence numbers (instead of averaging
+// gradients of different steps); rank 1 runs one iteration more (in a real job the epoch's
+// end tells), and both go on in step.
+TEST(ExchangeFaultsTest, ASkipBeforeTheFirstExchangeFailsOutOfStepOnEveryRank) {
+  const Problem problem;
+  constexpr int kSteps = 5;
+  const auto runs = run_rejecting(problem, "none", 0, {kSteps, kSteps + 1});
+  ASSERT_EQ(runs[1].errors.size(), 2u);
+  EXPECT_NE(runs[1].errors.at(0).find("a rejected batch"), std::string::npos);
+  ASSERT_EQ(runs[0].errors.size(), 1u);
+  for (const std::string* e : {&runs[0].errors.at(0), &runs[1].errors.at(1)}) {
+    EXPECT_NE(e->find("the ranks are out of step"), std::string::npos) << *e;
+    EXPECT_NE(e->find("rank 0 1, rank 1 2"), std::string::npos) << *e;
+  }
+  EXPECT_LT(runs[0].error_seconds.at(0), kPromptSeconds);
+  EXPECT_LT(runs[1].error_seconds.at(1), kPromptSeconds);
+  expect_equal_params(runs);
 }
 
 // After a failed exchange .grad holds no aggregate: a backward or step() before zero_grad()

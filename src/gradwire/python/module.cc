@@ -293,6 +293,8 @@ PYBIND11_MODULE(_C, m) {
           py::arg("buffer"), py::arg("keys"), py::arg("shapes"), py::arg("names"),
           py::arg("is_last"))
       .def("watch_gradients", &DdpCommHook::watch_gradients, py::arg("keys"), py::arg("params"))
+      .def("zero_grad", &DdpCommHook::zero_grad, py::call_guard<py::gil_scoped_release>())
+      .def("count_step", &DdpCommHook::count_step)
       .def_property_readonly("codec", &DdpCommHook::codec)
       .def_property_readonly("rank", &DdpCommHook::rank)
       .def_property_readonly("world_size", &DdpCommHook::world_size)

@@ -258,7 +258,7 @@ void DdpCommHook::create_strategy() {
   auto created = strategy::create_allreduce_strategy(*collectives_, strategy_options(options_));
   created->start(tensors_, spans_);  // issues no collective, touches no span
   strategy_ = std::move(created);
-  status_.assign(1 + n, 0.0f);
+  status_.assign(1 + n + strategy::StepLedger::kWords, 0.0f);
   status_carried_ = collectives_->size() > 1 && strategy_->carry_status(status_);
   reported_.assign(n, 1);  // this step showed every one of them
   if (loaded_) {
@@ -268,10 +268,11 @@ void DdpCommHook::create_strategy() {
   }
 }
 
-void DdpCommHook::finish_step() {
+std::exception_ptr DdpCommHook::finish_step(bool make_up) {
   const size_t n = tensors_.size();
   std::string local_failure = std::move(step_failure_);
   step_failure_.clear();
+  std::exception_ptr error;
   try {
     if (!broken_.empty()) throw Error("an earlier exchange of this hook failed: " + broken_);
     // What this rank could not take contributes zeros, so that every collective of the
@@ -295,40 +296,56 @@ void DdpCommHook::finish_step() {
       spans_[k] = std::span<float>(zeros_.data() + at, tensors_[k].numel());
       at += tensors_[k].numel();
     }
-    // The status: [failed, had a gradient per parameter]. A parameter without one keeps
-    // its codec state (put back below where no rank had one).
+    // The status: [failed, had a gradient per parameter, the ledger's words]. A parameter
+    // without a gradient keeps its codec state (put back below where no rank had one); a
+    // make-up keeps every one.
     std::vector<uint8_t>& had = *had_gradient_;
     const bool watching = had.size() == n;
-    std::fill(status_.begin(), status_.end(), 0.0f);
+    std::fill(status_.begin(), status_.begin() + static_cast<ptrdiff_t>(1 + n), 0.0f);
     status_[0] = local_failure.empty() ? 0.0f : 1.0f;  // read by the strategy's last collective
     for (size_t k = 0; k < n; ++k) {
-      const bool used = !watching || had[k];
+      const bool used = !make_up && (!watching || had[k]);
       status_[1 + k] = used ? 1.0f : 0.0f;
       if (!used) strategy_->hold_codec_state(k);
     }
     if (watching) std::fill(had.begin(), had.end(), 0);
-    std::string failure;
+    const std::span<float> ledger_words(status_.data() + 1 + n, strategy::StepLedger::kWords);
+    const uint64_t sequence = ledger_.begin_exchange(ledger_words, make_up);
+    bool any_failed = false;
     try {
       strategy_->synchronize(spans_);
-      failure = agreed_failure(local_failure.empty() ? strategy_->take_local_failure()
-                                                     : local_failure);
+      if (local_failure.empty()) local_failure = strategy_->take_local_failure();
+      if (!local_failure.empty()) status_[0] = 1.0f;  // the strategy sets it for its own
+      if (!status_carried_ && collectives_->size() > 1) {
+        collectives_->allreduce_max(status_.data(), status_.size());
+      }
     } catch (const std::exception& e) {
       broken_ = e.what();  // a collective failed: the ranks may no longer be in step
       strategy_->restore_codec_states({});
+      ledger_.end_exchange(ledger_words, /*failed=*/true);
       throw;
     }
+    const bool out_of_step = strategy::StepLedger::out_of_step(ledger_words);
+    any_failed = status_[0] > 0 || out_of_step;
     std::vector<uint8_t> unused_everywhere(n);
-    for (size_t k = 0; k < n; ++k) unused_everywhere[k] = status_[1 + k] == 0.0f;
+    for (size_t k = 0; k < n; ++k) unused_everywhere[k] = status_[1 + k] == 0.0f || make_up;
     strategy_->restore_codec_states(unused_everywhere);
-    if (!failure.empty()) throw Error(failure);
+    ledger_.end_exchange(ledger_words, any_failed);
+    if (any_failed) {
+      throw Error(strategy::StepLedger::failure_message(*collectives_, sequence, local_failure,
+                                                        out_of_step) +
+                  ". No rank's gradients hold the average of this step");
+    }
   } catch (...) {
-    fail_step(std::current_exception());
-    return;
+    error = std::current_exception();
+    fail_step(error);
+    return error;
   }
   std::fill(reported_.begin(), reported_.end(), 0);
   auto pending = std::move(pending_);
   pending_.clear();
   for (auto& p : pending) p.done->markCompleted(c10::IValue(p.buffer));
+  return nullptr;
 }
 
 void DdpCommHook::fail_step(std::exception_ptr error) {
@@ -338,23 +355,28 @@ void DdpCommHook::fail_step(std::exception_ptr error) {
   for (auto& p : pending) p.done->setError(error);
 }
 
-std::string DdpCommHook::agreed_failure(const std::string& local_failure) {
-  if (!local_failure.empty()) status_[0] = 1.0f;  // the strategy sets it for its own
-  if (!status_carried_ && collectives_->size() > 1) {
-    collectives_->allreduce_max(status_.data(), status_.size());
+void DdpCommHook::zero_grad() {
+  if (!strategy_) return;  // the ledger counts from the first exchange on
+  if (!pending_.empty()) {
+    // A backward that handed over some buckets and threw before the last: its exchange is
+    // ended now, so that the others, waiting in it, learn the step was abandoned.
+    step_failure_ = "its backward ended before every gradient was final (an exception in "
+                    "backward or in a gradient hook); the step was abandoned";
+    finish_step();
+  } else if (ledger_.skipped_a_step()) {
+    // No exchange since the last step began: this rank skipped it (its backward threw
+    // before any gradient was final, and the loop went on). It takes part in the exchange
+    // the others made of that step: every rank's step fails alike, the next ones pair.
+    step_failure_ = "it skipped a step: zero_grad() came twice with no exchange between (its "
+                    "backward threw before any gradient was final, or no backward ran); it "
+                    "took part in that step's exchange with no gradient";
+    std::fill(reported_.begin(), reported_.end(), 0);
+    finish_step(/*make_up=*/true);
   }
-  if (status_[0] == 0.0f) return {};
-  const auto all = collectives_->allgather_bytes(std::span<const uint8_t>(
-      reinterpret_cast<const uint8_t*>(local_failure.data()), local_failure.size()));
-  std::string message = "the gradient exchange failed";
-  bool named = false;
-  for (size_t r = 0; r < all.size(); ++r) {
-    if (all[r].empty()) continue;
-    message += (named ? "; rank " : " on rank ") + std::to_string(r) + ": " +
-               std::string(all[r].begin(), all[r].end());
-    named = true;
-  }
-  return message + ". No rank's gradients hold the average of this step";
+  // The agreed failure is the others' to raise (this rank knows); a failed collective is
+  // this rank's too (broken_).
+  if (!broken_.empty()) throw Error("an exchange of this hook failed: " + broken_);
+  ledger_.count_zero_grad();
 }
 
 void DdpCommHook::set_learning_rate(double lr) {

@@ -63,6 +63,7 @@
 #include "gradwire/comm/collectives.h"
 #include "gradwire/compress/codec.h"
 #include "gradwire/core/bytes.h"
+#include "gradwire/strategy/step_ledger.h"
 #include "gradwire/strategy/strategy.h"
 
 namespace gradwire {
@@ -119,6 +120,18 @@ class DdpCommHook {
   // first's hooks.
   void watch_gradients(const std::vector<int64_t>& keys, const std::vector<at::Tensor>& params);
 
+  // The program's optimizer, where the Python state knows it: each zero_grad() (before it
+  // zeroes) and each step() (after). They keep the ranks in step when one skips a batch
+  // (strategy/step_ledger.h): a zero_grad() with no exchange since the last one takes part
+  // in the exchange the others made of the skipped step, as a failed contribution (every
+  // rank's backward of that step raises, naming this rank; this one, which knows, does not);
+  // a zero_grad() after a backward that threw between buckets ends that step's exchange as
+  // abandoned. Throws only for a failed collective.
+  void zero_grad();
+  void count_step() {
+    if (strategy_) ledger_.count_step();
+  }
+
   // The optimizer's learning rate, before a step's last bucket (as DistributedOptimizer
   // passes it to the strategy every step): `auto` takes a decay to half or less as the
   // start of a critical regime and measures its plans again. Ignored until the first
@@ -162,9 +175,9 @@ class DdpCommHook {
   void create_strategy();
   // The step's end: synchronize() (zeros for what this rank could not take), the agreed
   // failure, the codec states of parameters without a gradient, every future completed.
-  void finish_step();
-  // "" when every rank encoded, else the message naming every rank's cause.
-  std::string agreed_failure(const std::string& local_failure);
+  // Returns the step's failure (null when none). `make_up`: a step this rank skipped
+  // (StepLedger): zeros, its failure word raised, every codec state left as it was.
+  std::exception_ptr finish_step(bool make_up = false);
   void fail_step(std::exception_ptr error);
   void check_state_fits(const std::vector<std::vector<int64_t>>& shapes) const;
   void unwatch();
@@ -181,8 +194,10 @@ class DdpCommHook {
   std::vector<Pending> pending_;                  // this step's buckets
   std::string step_failure_;  // why this rank cannot take this step's buckets ("" if it can)
   std::vector<float> zeros_;  // what a parameter this rank could not take contributes
-  // [failed, had a gradient per parameter], carried by the strategy (or allreduced).
+  // [failed, had a gradient per parameter, the ledger's words], carried by the strategy (or
+  // allreduced).
   std::vector<float> status_;
+  strategy::StepLedger ledger_;  // counts the program's loop (zero_grad(), count_step())
   bool status_carried_ = false;
   // Per parameter: a gradient reached it on this rank since the last exchange. Written by
   // the hooks of watch_gradients() (autograd's thread, which runs the hook's calls too).

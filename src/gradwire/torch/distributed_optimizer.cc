@@ -244,7 +244,16 @@ void DistributedOptimizer::zero_grad(bool set_to_none) {
   // A backward that threw left its exchange open: end it now, so that the other ranks,
   // waiting in it, learn that this step was abandoned.
   if (m.exchange_open) m.abandon_open_exchange();
-  ++m.sequence;
+  // No exchange since the last step began: this rank skipped it (its backward threw before
+  // any gradient was final, and the loop went on). It takes part in the exchange the others
+  // made of that step, so that every rank's step fails alike and the next steps pair.
+  if (m.exchange_in_backward && m.strategy->exchanges_gradients() && m.ledger.skipped_a_step()) {
+    m.local_failure = "it skipped a step: zero_grad() came twice with no exchange between (its "
+                      "backward threw before any gradient was final, or no backward ran); it "
+                      "took part in that step's exchange with no gradient";
+    m.exchange(/*make_up=*/true);  // the others throw the message from their backward
+  }
+  m.ledger.count_zero_grad();
   m.exchanges_this_step = 0;
   m.failed.clear();
   m.exchanged = false;
@@ -293,9 +302,9 @@ void DistributedOptimizer::synchronize() {
 
 torch::Tensor DistributedOptimizer::step() {
   Impl& m = *impl_;
-  struct CountStep {  // step() counts in the sequence as it ends, thrown or not
+  struct CountStep {  // step() counts in the ledger as it ends, thrown or not
     Impl& m;
-    ~CountStep() { ++m.sequence; }
+    ~CountStep() { m.ledger.count_step(); }
   } count{m};
   synchronize();
   m.exchanges_this_step = 0;

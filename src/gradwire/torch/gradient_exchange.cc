@@ -132,9 +132,9 @@ void DistributedOptimizer::Impl::on_backward_end() {
   if (!failure.empty()) throw Error(failure);
 }
 
-std::string DistributedOptimizer::Impl::exchange() {
+std::string DistributedOptimizer::Impl::exchange(bool make_up) {
   const size_t n = params.size();
-  if (!exchange_open) {  // from step() or synchronize(): nothing was reported
+  if (!exchange_open) {  // from step(), synchronize() or a make-up: nothing was reported
     hooked.assign(n, 0);
     reported.assign(n, 0);
     exchange_grads.assign(n, torch::Tensor());
@@ -144,6 +144,11 @@ std::string DistributedOptimizer::Impl::exchange() {
   std::vector<uint8_t> used(n, 0);
   spans.resize(n);
   for (size_t i = 0; i < n; ++i) {
+    if (make_up) {  // this rank had no gradient in the step it skipped
+      exchange_grads[i] = torch::zeros_like(params[i]);
+      spans[i] = float_span(exchange_grads[i]);
+      continue;
+    }
     if (!reported[i]) {
       torch::Tensor grad = params[i].grad();
       if (grad.defined() && !exchangeable(grad)) {
@@ -166,24 +171,19 @@ std::string DistributedOptimizer::Impl::exchange() {
     }
     spans[i] = float_span(exchange_grads[i]);
   }
-  // The status: did this rank fail, which parameters had a gradient here, and the
-  // sequence number this rank is at. The strategy carries it on its last collective where
-  // it can (status_carried), and raises the failure word itself if its encoding fails.
-  const uint64_t my_sequence = sequence++;
+  // The status: did this rank fail, which parameters had a gradient here, and where this
+  // rank's loop is (the ledger). The strategy carries it on its last collective where it
+  // can (status_carried), and raises the failure word itself if its encoding fails.
+  const std::span<float> ledger_words(status.data() + n + 1, strategy::StepLedger::kWords);
+  const uint64_t my_sequence = ledger.begin_exchange(ledger_words, make_up);
   ++exchanges_this_step;
-  std::fill(status.begin(), status.end(), 0.0f);
+  std::fill(status.begin(), status.begin() + static_cast<ptrdiff_t>(n + 1), 0.0f);
   status[0] = local_failure.empty() ? 0.0f : 1.0f;
   for (size_t i = 0; i < n; ++i) status[i + 1] = used[i];
-  float* sequence_words = status.data() + n + 1;
-  for (int b = 0; b < kSequenceBits; ++b) {
-    const bool bit = (my_sequence >> b) & 1;
-    sequence_words[2 * b] = bit ? 1.0f : 0.0f;
-    sequence_words[2 * b + 1] = bit ? 0.0f : 1.0f;
-  }
   // Parameters without a gradient here: their codecs' states are put back if no rank had
-  // one (the aggregate is then thrown away).
+  // one (the aggregate is then thrown away); a make-up puts every one back.
   for (size_t i = 0; i < n; ++i) {
-    if (!used[i]) strategy->hold_codec_state(i);
+    if (!used[i] || make_up) strategy->hold_codec_state(i);
   }
   try {
     strategy->synchronize(spans);  // a failed collective throws on every rank
@@ -193,6 +193,7 @@ std::string DistributedOptimizer::Impl::exchange() {
     exchange_grads.assign(n, torch::Tensor());
     local_failure.clear();
     strategy->restore_codec_states({});  // drops what was held
+    ledger.end_exchange(ledger_words, /*failed=*/true);
     throw;
   }
   // A codec that refused this rank's gradient (int8 on non-finite values): the strategy
@@ -207,60 +208,21 @@ std::string DistributedOptimizer::Impl::exchange() {
     TimelineSpan span("exchange status", "communicate");
     context->collectives().allreduce_max(status.data(), status.size());
   }
-  bool out_of_step = false;
-  for (int b = 0; b < kSequenceBits; ++b) {
-    out_of_step = out_of_step || (sequence_words[2 * b] > 0 && sequence_words[2 * b + 1] > 0);
-  }
+  const bool out_of_step = strategy::StepLedger::out_of_step(ledger_words);
   const bool any_failed = status[0] > 0 || out_of_step;
   std::vector<uint8_t> used_anywhere(n), unused_everywhere(n);
   for (size_t i = 0; i < n; ++i) {
     used_anywhere[i] = status[i + 1] > 0;
-    unused_everywhere[i] = !used_anywhere[i];
+    unused_everywhere[i] = !used_anywhere[i] || make_up;
   }
   strategy->restore_codec_states(unused_everywhere);
+  ledger.end_exchange(ledger_words, any_failed);
   std::string failure;
   if (any_failed) {
-    // Every rank learns every cause and sequence number (an allgather only when some rank
-    // failed): u64 sequence, then the cause.
-    Bytes mine(sizeof my_sequence);
-    std::memcpy(mine.data(), &my_sequence, sizeof my_sequence);
-    mine.insert(mine.end(), local_failure.begin(), local_failure.end());
-    std::vector<Bytes> all{mine};
-    if (context->world_size() > 1) {
-      all = context->collectives().allgather_bytes(
-          std::span<const uint8_t>(mine.data(), mine.size()));
-    }
-    std::vector<uint64_t> sequences(all.size(), 0);
-    std::vector<std::string> causes(all.size());
-    for (size_t r = 0; r < all.size(); ++r) {
-      if (all[r].size() < sizeof(uint64_t)) throw PayloadError("a malformed exchange status");
-      std::memcpy(&sequences[r], all[r].data(), sizeof(uint64_t));
-      causes[r].assign(all[r].begin() + sizeof(uint64_t), all[r].end());
-    }
-    failure = "the gradient exchange failed";
-    bool named = false;  // some rank's cause is in the message
-    for (size_t r = 0; r < causes.size(); ++r) {
-      if (causes[r].empty()) continue;
-      failure += (named ? "; rank " : " on rank ") + std::to_string(r) + ": " + causes[r];
-      named = true;
-    }
-    if (out_of_step) {
-      failure += std::string(named ? "; " : ": ") +
-                 "the ranks are out of step (the number of zero_grad(), step() and exchanges "
-                 "each has made since the last failure:";
-      for (size_t r = 0; r < sequences.size(); ++r) {
-        failure +=
-            (r ? ", rank " : " rank ") + std::to_string(r) + " " + std::to_string(sequences[r]);
-      }
-      failure +=
-          "): a rank with a higher number skipped an exchange that the others made (its "
-          "backward threw before any gradient was final, and the program went on), so this "
-          "exchange paired gradients of different steps";
-    }
+    failure = strategy::StepLedger::failure_message(context->collectives(), my_sequence,
+                                                    local_failure, out_of_step);
     failure += ". No rank's .grad holds the aggregate: zero_grad() and go on with the next batch";
     failed = failure;
-    // Every rank starts counting anew from here: the ranks are in step again.
-    sequence = 0;
   } else {
     for (size_t i = 0; i < n; ++i) {
       if (used_anywhere[i] && !used[i]) params[i].mutable_grad() = exchange_grads[i];

@@ -28,6 +28,7 @@
 
 #include "gradwire/core/bytes.h"
 #include "gradwire/distributed_optimizer.h"
+#include "gradwire/strategy/step_ledger.h"
 #include "gradwire/strategy/strategy.h"
 #include "gradwire/torch/momentum_correction.h"
 
@@ -102,27 +103,20 @@ struct DistributedOptimizer::Impl {
   // The last exchange failed on some rank (the message): .grad is not the aggregate, and
   // step() refuses until zero_grad().
   std::string failed;
-  // [failed, had-a-gradient per parameter, the sequence number's kSequenceBits low bits as
-  // pairs (bit set, bit clear)]: sized once at construction (the strategy may hold a span
-  // of it), OR-reduced over the ranks at every exchange, by the strategy's last collective
-  // when it carries it (status_carried), else by a collective of its own. A pair with both
-  // words set after the OR: the ranks reached this exchange at different sequence numbers.
+  // [failed, had-a-gradient per parameter, the step ledger's words]: sized once at
+  // construction (the strategy may hold a span of it), OR-reduced over the ranks at every
+  // exchange, by the strategy's last collective when it carries it (status_carried), else
+  // by a collective of its own.
   std::vector<float> status;
-  static constexpr int kSequenceBits = 16;
-  // The calls of this rank's loop since construction (or since the last failed exchange,
-  // which resets it on every rank): each zero_grad(), step() and exchange, counted as it
-  // ends. Ranks that run the same loop reach every exchange at the same number; a rank that
-  // skipped one (a backward that threw before any gradient was final, so that no exchange
-  // opened, then zero_grad() and the next batch) arrives at a higher one, and the exchange
-  // it pairs with fails on every rank naming both numbers instead of averaging gradients
-  // of different steps.
-  uint64_t sequence = 0;
+  // The loop's calls, which keep the ranks in step when one skips a batch
+  // (strategy/step_ledger.h): zero_grad() makes up for a step this rank skipped.
+  strategy::StepLedger ledger;
   bool status_carried = false;
   strategy::FloatSpans spans;  // the exchange's gradients, as the strategy sees them
 
   ~Impl();
   // The status's size for n exchanged parameters.
-  static size_t status_words(size_t n) { return n + 1 + 2 * kSequenceBits; }
+  static size_t status_words(size_t n) { return n + 1 + strategy::StepLedger::kWords; }
   // What checkpoints hold besides the exchanged parameters: the buffers, then the frozen
   // parameters.
   std::vector<torch::Tensor> state_tensors() const {
@@ -140,8 +134,10 @@ struct DistributedOptimizer::Impl {
   // The exchange of whatever .grad holds: what no hook reported is reported, the strategy
   // finishes, the ranks agree on failures and on the parameters without a gradient.
   // Returns the failure, the same on every rank ("" when none), also kept in `failed`.
-  // A failed collective throws instead (on every rank).
-  std::string exchange();
+  // A failed collective throws instead (on every rank). `make_up`: this rank skipped the
+  // step the others are exchanging (StepLedger): it contributes zeros with its failure
+  // word raised (local_failure says why), its codec states left as they were.
+  std::string exchange(bool make_up = false);
   // Under momentum correction: wd x w into params[i]'s gradient, once per step.
   void add_weight_decay(size_t i, torch::Tensor& grad);
   // Ends an exchange whose backward threw before its final callback: completes its
