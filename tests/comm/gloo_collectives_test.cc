@@ -6,7 +6,6 @@
 #include <signal.h>
 #include <unistd.h>
 
-
 #include <atomic>
 #include <cstdio>
 #include <filesystem>

@@ -84,7 +84,7 @@ TEST(StepLedgerTest, ASkipBeforeTheLoopIsKnownShowsAsOutOfStepAndTheRanksCountAn
   StepLedger a, b;
   a.count_zero_grad();
   b.count_zero_grad();
-  b.count_zero_grad();  // b skipped the first step
+  b.count_zero_grad();               // b skipped the first step
   EXPECT_FALSE(b.skipped_a_step());  // no agreement yet on the calls per step
   const Exchange e = exchange(a, b);
   EXPECT_TRUE(StepLedger::out_of_step(e.words));

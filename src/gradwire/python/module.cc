@@ -113,8 +113,8 @@ size_t megabytes(double mb, const char* what) {
 // raised gradwire.TimeoutError has nothing left running that keeps it from exiting; the
 // program's groups see none of gradwire's traffic; its threads block SIGPIPE
 // (comm/gloo_collectives.h). Destroyed without a barrier (Python collects it when it will).
-std::unique_ptr<comm::Collectives> own_group(const c10::intrusive_ptr<c10d::Store>& store,
-                                             int rank, int size, double timeout_s) {
+std::unique_ptr<comm::Collectives> own_group(const c10::intrusive_ptr<c10d::Store>& store, int rank,
+                                             int size, double timeout_s) {
   comm::GlooOptions options;
   options.timeout = seconds_to_ms(timeout_s);
   options.slow_after = std::min(options.slow_after, options.timeout / 4);
@@ -328,8 +328,8 @@ PYBIND11_MODULE(_C, m) {
                        uint64_t delay, double outer_lr, double outer_momentum, bool nesterov,
                        uint64_t outer_warmup, double link_bits_per_s, double link_latency_s,
                        const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       double timeout_s,
-                       std::vector<std::string> names, const std::vector<at::Tensor>& params,
+                       double timeout_s, std::vector<std::string> names,
+                       const std::vector<at::Tensor>& params,
                        const std::vector<at::Tensor>& buffers) {
              strategy::diloco::DiLoCoOptions o;
              o.codec = codec;

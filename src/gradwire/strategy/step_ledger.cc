@@ -99,7 +99,8 @@ std::string StepLedger::failure_message(comm::Collectives& collectives, uint64_t
                "the ranks are out of step (the number of zero_grad(), step() and exchanges "
                "each has made since the last failure:";
     for (size_t r = 0; r < sequences.size(); ++r) {
-      message += (r ? ", rank " : " rank ") + std::to_string(r) + " " + std::to_string(sequences[r]);
+      message +=
+          (r ? ", rank " : " rank ") + std::to_string(r) + " " + std::to_string(sequences[r]);
     }
     message +=
         "): a rank with a higher number skipped an exchange that the others made (its "

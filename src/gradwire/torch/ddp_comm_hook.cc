@@ -119,12 +119,11 @@ void DdpCommHook::watch_gradients(const std::vector<int64_t>& keys,
     const size_t k = found->second;
     // Runs before the gradient is accumulated, so before DDP's own hook, whose bucket call
     // may end the step.
-    const unsigned handle = params[j].register_hook(
-        [flags = had_gradient_, k](const at::Tensor&) { (*flags)[k] = 1; });
+    const unsigned handle =
+        params[j].register_hook([flags = had_gradient_, k](const at::Tensor&) { (*flags)[k] = 1; });
     watches_.push_back({params[j], handle});
   }
 }
-
 
 c10::intrusive_ptr<c10::ivalue::Future> DdpCommHook::exchange(
     const at::Tensor& buffer, const std::vector<int64_t>& keys,
@@ -360,16 +359,18 @@ void DdpCommHook::zero_grad() {
   if (!pending_.empty()) {
     // A backward that handed over some buckets and threw before the last: its exchange is
     // ended now, so that the others, waiting in it, learn the step was abandoned.
-    step_failure_ = "its backward ended before every gradient was final (an exception in "
-                    "backward or in a gradient hook); the step was abandoned";
+    step_failure_ =
+        "its backward ended before every gradient was final (an exception in "
+        "backward or in a gradient hook); the step was abandoned";
     finish_step();
   } else if (ledger_.skipped_a_step()) {
     // No exchange since the last step began: this rank skipped it (its backward threw
     // before any gradient was final, and the loop went on). It takes part in the exchange
     // the others made of that step: every rank's step fails alike, the next ones pair.
-    step_failure_ = "it skipped a step: zero_grad() came twice with no exchange between (its "
-                    "backward threw before any gradient was final, or no backward ran); it "
-                    "took part in that step's exchange with no gradient";
+    step_failure_ =
+        "it skipped a step: zero_grad() came twice with no exchange between (its "
+        "backward threw before any gradient was final, or no backward ran); it "
+        "took part in that step's exchange with no gradient";
     std::fill(reported_.begin(), reported_.end(), 0);
     finish_step(/*make_up=*/true);
   }
@@ -430,8 +431,8 @@ std::pair<int, int> read_owner(ByteReader& in) {
   }
   if (const auto version = in.get<uint32_t>("hook state version"); version != kStateVersion) {
     throw PayloadError(
-        "a DDP hook state of version " + std::to_string(version) + "; this gradwire reads version " +
-        std::to_string(kStateVersion) +
+        "a DDP hook state of version " + std::to_string(version) +
+        "; this gradwire reads version " + std::to_string(kStateVersion) +
         (version < 3 ? " (earlier states do not say which rank saved them: each rank's error "
                        "feedback differs, so a state cannot be resumed without it)"
                      : ""));

@@ -71,7 +71,7 @@ class DiLoCoModel {
   std::unique_ptr<comm::Collectives> collectives_;
   std::vector<std::vector<int64_t>> shapes_;
   std::vector<at::Tensor> buffers_;  // as of the last call; the carried broadcast uses them
-  Bytes agreed_buffers_;              // rank 0's buffers as of the last synchronization
+  Bytes agreed_buffers_;             // rank 0's buffers as of the last synchronization
   std::unique_ptr<strategy::diloco::DiLoCoStrategy> strategy_;
 };
 

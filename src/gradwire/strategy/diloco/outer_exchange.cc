@@ -47,9 +47,10 @@ void OuterExchange::average(std::span<float> values) {
     const auto refusing = reduce_scatter_->average(values);
     if (refusing.empty()) return;
     const std::string& mine = reduce_scatter_->refused_here();
-    throw RefusedOuterGradient("the outer exchange failed: the codec refused the outer gradient of " +
-                rank_list(refusing) + (mine.empty() ? "" : " (here: " + mine + ")") +
-                "; a rank's local model has diverged (non-finite values)");
+    throw RefusedOuterGradient(
+        "the outer exchange failed: the codec refused the outer gradient of " +
+        rank_list(refusing) + (mine.empty() ? "" : " (here: " + mine + ")") +
+        "; a rank's local model has diverged (non-finite values)");
   }
   wire_.resize(numel_ * sizeof(float));
   fp32_->to_wire(values, 1.0f / static_cast<float>(collectives_.size()), wire_.data());
