@@ -132,8 +132,9 @@ class HookState:
         self._impl = None        # made at the first bucket (_bind)
         self._pending = None     # a state loaded before then
         self._bind_error = None  # why binding failed, for the rest of that step's buckets
-        self._first_step = None  # the first step's parameters, for watch_gradients()
-        self._watching = False
+        self._step_params = None  # this step's parameters, until watch_gradients() takes
+        self._watching = False    # them (the end of a backward after the first)
+        self._loop_counts = [0, 0]  # the optimizer's zero_grad() and step() before binding
 
     def _bind(self):
         """The hook's own group over process_group's ranks, and the C++ exchange: a
@@ -144,10 +145,29 @@ class HookState:
         impl = _C.DdpCommHook(self.codec_spec, o["sparse_aggregation"], o["quantized_path"],
                               o["bucket_cap_mb"], o["first_bucket_mb"], o["overlap"], store,
                               rank, size, self.timeout)
-        if self._pending is not None:
-            impl.load_state(self._pending)
-            self._pending = None
         self._impl = impl
+        impl.count_loop(*self._loop_counts)
+        if self._pending is not None:
+            try:
+                impl.load_state(self._pending)
+            except _C.Error as e:
+                # Bound here and nowhere else would leave the others waiting: the first
+                # step fails on every rank instead, naming this one.
+                impl.refuse_next_step("its hook state does not fit: %s" % e)
+            self._pending = None
+
+    # The optimizer's calls, where the state follows it (_follow).
+    def _loop_zero_grad(self):
+        if self._impl is None:
+            self._loop_counts[0] += 1
+        else:
+            self._impl.zero_grad()  # may first make up for a step this rank skipped
+
+    def _loop_step(self):
+        if self._impl is None:
+            self._loop_counts[1] += 1
+        else:
+            self._impl.count_step()
 
     @property
     def codec(self):
@@ -180,18 +200,18 @@ class HookState:
         params = bucket.parameters()
         keys = [id(p) for p in params]
         if not self._watching:
-            # From the second step on the C++ side learns which parameters got a gradient
-            # on this rank (find_unused_parameters): its hooks are registered once this
-            # backward is over, when autograd runs no parameter's hooks.
-            self._watching = True
-            self._first_step = []
-            impl, seen = self._impl, self._first_step
-            torch.autograd.Variable._execution_engine.queue_callback(
-                lambda: impl.watch_gradients([id(p) for p in seen], seen))
-        if self._first_step is not None:
-            self._first_step.extend(params)
+            # The C++ side learns which parameters get a gradient on this rank
+            # (find_unused_parameters) from hooks registered once this backward is over,
+            # when autograd runs no parameter's hooks; until that worked (a first step that
+            # failed), every step tries again.
+            if self._step_params is None:
+                self._step_params = []
+                torch.autograd.Variable._execution_engine.queue_callback(
+                    lambda state=self, impl=self._impl, seen=self._step_params:
+                    state._watch(impl, seen))
+            self._step_params.extend(params)
             if bucket.is_last():
-                self._first_step = None
+                self._step_params = None  # the callback holds this step's list
         names = [self._names.get(id(p), "") for p in params] if self._names else []
         if names and not all(names):
             names = []
@@ -205,6 +225,9 @@ class HookState:
             for line in self._impl.take_decisions():
                 _log.info("gradwire auto: %s", line)
         return future
+
+    def _watch(self, impl, seen):
+        self._watching = impl.watch_gradients([id(p) for p in seen], seen) > 0
 
     def state_dict(self):
         """This rank's exchange state (codec states, auto's choice), for this rank's
@@ -271,21 +294,24 @@ def _follow(optimizer, state):
 
     def following(_optimizer):
         ref = _optimizer.__dict__.get("_gradwire_hook_state")
-        state = ref() if ref is not None else None
-        return state._impl if state is not None else None
+        return ref() if ref is not None else None
 
     def follow_zero_grad(_optimizer, *args, **kwargs):
-        impl = following(_optimizer)
-        if impl is not None:
-            impl.zero_grad()  # may first make up for a step this rank skipped
+        state = following(_optimizer)
+        if state is not None:
+            state._loop_zero_grad()
         return zero_grad(*args, **kwargs)
 
     def follow_step(_optimizer, *args, **kwargs):
         out = step(*args, **kwargs)
-        impl = following(_optimizer)
-        if impl is not None:
-            impl.count_step()
+        state = following(_optimizer)
+        if state is not None:
+            state._loop_step()
         return out
+    if getattr(step, "_with_counter", False):
+        # An LR scheduler wrapped step() before: keep its mark, or it warns that step() was
+        # overridden after it was made.
+        follow_step._with_counter = True
     optimizer.zero_grad = types.MethodType(follow_zero_grad, optimizer)
     optimizer.step = types.MethodType(follow_step, optimizer)
 

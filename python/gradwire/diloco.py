@@ -85,6 +85,7 @@ class DiLoCo:
         store, rank, size = _groups.rendezvous("diloco", process_group)
         self.process_group = process_group
         self._finished = False
+        self._abandoned = False  # abandon()ed: finished, but a checkpoint may be loaded
         with torch.no_grad():
             self._impl = _C.DiLoCoModel(
                 codec, int(inner_steps), int(fragments), int(delay), float(outer_lr),
@@ -101,6 +102,7 @@ class DiLoCo:
         steps, then runs DiLoCo's schedule: so does every caller of it. (torch 1.13's
         optimizers have no step hooks; torchft registers a step post-hook where they do.)"""
         optimizer = self.inner_optimizer
+        self._replaced_step = optimizer.__dict__.get("step")  # an LR scheduler's wrapper
         unwrapped = optimizer.step
         diloco = self
 
@@ -110,14 +112,24 @@ class DiLoCo:
                 diloco._after_inner_step()
             return loss
         step._gradwire_diloco = self
+        if getattr(unwrapped, "_with_counter", False):
+            # An LR scheduler wrapped step() before: keep its mark, or it warns that step()
+            # was overridden after it was made.
+            step._with_counter = True
         # A bound method, as the step it replaces: torch's LR schedulers wrap
         # optimizer.step through its __self__ and __func__.
         optimizer.step = types.MethodType(step, optimizer)
 
     def _unwrap_inner_step(self):
+        """Puts back what step() was (the class's, or an LR scheduler's wrapper), unless
+        something wrapped it again since (then this wrapper stays, a local step)."""
         step = self.inner_optimizer.__dict__.get("step")
-        if getattr(step, "_gradwire_diloco", None) is self:
+        if getattr(step, "_gradwire_diloco", None) is not self:
+            return
+        if self._replaced_step is None:
             del self.inner_optimizer.step
+        else:
+            self.inner_optimizer.step = self._replaced_step
 
     def _after_inner_step(self):
         with torch.no_grad():
@@ -173,6 +185,7 @@ class DiLoCo:
         if self._finished:
             return
         self._finished = True
+        self._abandoned = True
         self._unwrap_inner_step()
         with torch.no_grad():
             self._impl.global_parameters(self._params)
@@ -235,8 +248,16 @@ class DiLoCo:
         at the same step, each its own state. An exchange in flight is finished first (every
         rank is in it) and discarded. After a rank diverged (the outer gradient non-finite:
         every rank raised gradwire.Error at the same step), loading is how the job goes on;
-        after a failed collective (a peer died or timed out) it raises that failure."""
+        after a failed collective (a peer died or timed out) it raises that failure. After
+        leaving the block on an exception (abandon()), loading makes DiLoCo synchronize
+        again; after finish() it raises gradwire.ConfigError."""
+        if self._finished and not self._abandoned:
+            raise _C.ConfigError("gradwire.DiLoCo: load_state_dict() after finish(); load the "
+                                 "state into a new DiLoCo")
         self._impl.load_state(state["diloco"])
+        if self._abandoned:  # left on an exception, rolled back: synchronizing again
+            self._finished = self._abandoned = False
+            self._wrap_inner_step()
         self.model.load_state_dict(state["model"])
         self.inner_optimizer.load_state_dict(state["inner_optimizer"])
         if state.get("agreed_buffers"):

@@ -391,7 +391,7 @@ def test_a_bucket_one_rank_cannot_take_fails_every_future_of_the_step_on_every_r
         assert seconds < 10, (rank, seconds)
 
 
-def skipped_batch_worker(rank, world, codec, drop_everywhere):
+def skipped_batch_worker(rank, world, codec, drop_everywhere, bad=2, steps=(6, 6)):
     """6 steps of Net under DDP with the hook, which follows the optimizer; rank 1's batch
     2 is rejected in backward before any gradient is final (a hook on the logits) and the
     loop goes on, as a program that skips a bad batch does. `drop_everywhere`: the
@@ -404,15 +404,15 @@ def skipped_batch_worker(rank, world, codec, drop_everywhere):
     state, hook = gradwire.ddp.hook(codec, optimizer=opt)
     ddp.register_comm_hook(state, hook)
     out = []
-    for step, (x, y) in enumerate(batches(rank, 6)):
+    for step, (x, y) in enumerate(batches(rank, steps[rank])):
         opt.zero_grad()
-        if step == 2 and drop_everywhere:
+        if step == bad and drop_everywhere:
             out.append(("dropped", "", 0.0))
             continue
         start = time.monotonic()
         try:
             logits = ddp(x)
-            if step == 2 and rank == 1:
+            if step == bad and rank == 1:
                 logits.register_hook(lambda g: (_ for _ in ()).throw(RuntimeError("a bad batch")))
             F.cross_entropy(logits, y).backward()
             opt.step()
@@ -435,6 +435,22 @@ def test_a_skipped_batch_fails_that_step_on_every_rank_and_keeps_them_in_step(co
     if codec == "none":  # as a job that dropped batch 2 on every rank
         dropped = expect_success(run_ranks(2, skipped_batch_worker, codec, True))
         assert_params_equal(params0, dropped[0][1], "against the dropped batch")
+
+
+def test_a_batch_skipped_before_the_first_exchange_fails_out_of_step_on_every_rank():
+    """Before any exchange the ranks do not yet agree on the loop's zero_grad() calls per
+    step: rank 1's next exchange meets rank 0's first, and it fails on both at once naming
+    each rank's count (the calls before the hook bound count too); rank 1 runs one batch
+    more, and both go on in step."""
+    results = expect_success(run_ranks(2, skipped_batch_worker, "int8", False, 0, (6, 7)))
+    (out0, params0), (out1, params1) = results
+    assert out1[0][1] == "a bad batch" and out1[2:] == ["ok"] * 5, out1
+    assert out0[1:] == ["ok"] * 5, out0
+    for out in (out0[0], out1[1]):
+        assert out[0] == "Error" and "the ranks are out of step" in out[1], out
+        assert "rank 0 1, rank 1 2" in out[1], out
+        assert out[2] < 10, out
+    assert_params_equal(params0, params1, "after the out-of-step failure")
 
 
 def dead_peer_worker(rank, world, timeout):

@@ -131,11 +131,14 @@ def exception_worker(rank, world):
     optimizer's step() and DiLoCo's step() afterwards."""
     model = make_model()
     opt = torch.optim.SGD(model.parameters(), lr=INNER_LR)
+    data = batches(rank, 12)
     agreed = None
     try:
         with gradwire.DiLoCo(model, opt, inner_steps=4, fragments=2, delay=1,
                              codec="int8") as diloco:
-            for x, y in batches(rank, 6):
+            for i, (x, y) in enumerate(data[:6]):
+                if i == 4:
+                    saved = diloco.state_dict()  # fragment 1 in flight (sent at step 4)
                 inner_step(model, opt, x, y)
                 diloco.step()
             agreed = {k: v.clone() for k, v in diloco.global_model_state().items()}
@@ -144,21 +147,34 @@ def exception_worker(rank, world):
         raised = str(e)
     after = {k: v.detach().clone() for k, v in model.state_dict().items()}
     before = [p.detach().clone() for p in model.parameters()]
-    inner_step(model, opt, *batches(rank, 7)[6])
+    inner_step(model, opt, *data[6])
     opt.step()  # a local step now: no exchange, no error
-    return raised, agreed, after, error_of(diloco.step), [
-        not torch.equal(a, p) for a, p in zip(before, model.parameters())]
+    moved = [not torch.equal(a, p) for a, p in zip(before, model.parameters())]
+    step_after = error_of(diloco.step)
+    # A rollback to step 4 synchronizes again: fragment 1 lands at step 5, fragment 0 goes
+    # out at step 6 and lands at step 7.
+    diloco.load_state_dict(saved)
+    for x, y in data[4:8]:
+        inner_step(model, opt, x, y)
+        opt.step()
+    rounds = diloco.stats()["exchanges"]
+    diloco.finish()
+    return (raised, agreed, after, step_after, moved, rounds,
+            [p.detach().clone() for p in model.parameters()])
 
 
 def test_leaving_the_block_on_an_exception_puts_back_the_agreed_model():
     results = expect_success(run_ranks(2, exception_worker))
-    for rank, (raised, agreed, after, step_after, moved) in enumerate(results):
+    for rank, (raised, agreed, after, step_after, moved, rounds, final) in enumerate(results):
         assert raised == "the data loader broke"
         for name in agreed:
             assert torch.equal(after[name], agreed[name]), (rank, name)
             assert torch.equal(after[name], results[0][2][name]), (rank, name)
         assert step_after[0] == "ConfigError", step_after
         assert any(moved), rank
+        assert rounds == 3, rounds
+        for a, b in zip(final, results[0][6]):
+            assert torch.equal(a, b), rank
 
 
 class TiedNet(nn.Module):

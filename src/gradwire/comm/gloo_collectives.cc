@@ -52,28 +52,41 @@ class GlooCollectives;
 // Gloo writes to its sockets with writev, which raises SIGPIPE in the writing thread once
 // the peer has closed the connection; under the default disposition that kills this
 // process before the failed write can become an error naming the peer (a rank that exits
-// would take its survivors down by signal). The group's threads (the process group's
-// workers, the Gloo device's event loop) are made while the creating thread blocks
-// SIGPIPE, so they start with it blocked: in them the write fails with EPIPE, the signal
-// stays pending on that thread, and the collective fails as any other. The process's
-// disposition, and every other thread's mask, are left as the program set them.
+// would take its survivors down by signal). Every thread that writes to the group's sockets
+// blocks SIGPIPE while it does: the group's threads (the process group's workers, the Gloo
+// device's event loop) are made while the creating thread blocks it, so they start with it
+// blocked; a caller's thread blocks it while it launches an operation (send and receive
+// post their first write on the caller's thread) or talks to the store. The write then
+// fails with EPIPE and the collective fails as any other. The process's disposition, and
+// the program's threads outside these calls, are left as the program set them.
+//
+// A scope that blocks SIGPIPE on this thread (nothing when it already was). A SIGPIPE the
+// scope's writes raised is pending on this thread when it ends: it is taken (sigtimedwait)
+// before the mask is put back, so that it is not delivered then.
 class SigpipeBlockedHere {
  public:
   SigpipeBlockedHere() {
-    sigset_t pipe;
-    sigemptyset(&pipe);
-    sigaddset(&pipe, SIGPIPE);
-    blocked_ = ::pthread_sigmask(SIG_BLOCK, &pipe, &previous_) == 0;
+    sigemptyset(&pipe_);
+    sigaddset(&pipe_, SIGPIPE);
+    sigset_t previous;
+    blocked_ = ::pthread_sigmask(SIG_BLOCK, &pipe_, &previous) == 0 &&
+               sigismember(&previous, SIGPIPE) == 0;
   }
   ~SigpipeBlockedHere() {
-    if (blocked_) ::pthread_sigmask(SIG_SETMASK, &previous_, nullptr);
+    if (!blocked_) return;
+    sigset_t pending;
+    if (::sigpending(&pending) == 0 && sigismember(&pending, SIGPIPE) == 1) {
+      const timespec now{0, 0};
+      ::sigtimedwait(&pipe_, nullptr, &now);
+    }
+    ::pthread_sigmask(SIG_UNBLOCK, &pipe_, nullptr);
   }
   SigpipeBlockedHere(const SigpipeBlockedHere&) = delete;
   SigpipeBlockedHere& operator=(const SigpipeBlockedHere&) = delete;
 
  private:
-  sigset_t previous_;
-  bool blocked_ = false;
+  sigset_t pipe_;
+  bool blocked_ = false;  // by this scope
 };
 
 // The devices torch.distributed gives a Gloo group (torch/csrc/distributed/c10d/init.cpp):
@@ -302,6 +315,7 @@ class GlooCollectives : public Collectives {
   // reached is left for fail() to report.
   void publish_progress(uint64_t sequence) {
     if (!store_) return;
+    const SigpipeBlockedHere sigpipe_blocked;  // the store's server may have gone
     try {
       const std::string value = std::to_string(sequence);
       store_->set(progress_key(rank_), std::vector<uint8_t>(value.begin(), value.end()));
@@ -313,6 +327,7 @@ class GlooCollectives : public Collectives {
   std::vector<int> ranks_behind(uint64_t sequence, std::string& note) {
     std::vector<int> behind;
     if (!store_) return behind;
+    const SigpipeBlockedHere sigpipe_blocked;  // the store's server may have gone
     try {
       for (int r = 0; r < size_; ++r) {
         if (r == rank_) continue;
@@ -386,6 +401,7 @@ class GlooCollectives : public Collectives {
   template <typename Fn>
   c10::intrusive_ptr<c10d::Work> launch(Fn&& fn) {
     try {
+      const SigpipeBlockedHere sigpipe_blocked;  // send and receive write here
       return fn();
     } catch (const std::exception& e) {
       fail(sequence_, "collective", e.what(), /*waited=*/false);

@@ -39,11 +39,11 @@ struct GlooOptions {
 };
 
 // A Gloo group of gradwire's own over `store` (its connections rendezvous under the
-// "gloo" prefix, the hang diagnosis above under "progress/"), whose threads write to their
-// sockets with SIGPIPE blocked: a write to a peer that closed its connection fails with
-// EPIPE and becomes an error naming the peer, whatever the program's SIGPIPE disposition,
-// which this leaves as it is (the threads are made with the signal blocked in their mask,
-// inherited from the creating thread; no process-wide disposition changes).
+// "gloo" prefix, the hang diagnosis above under "progress/"), whose every write to its
+// sockets happens with SIGPIPE blocked in the writing thread (the group's threads are made
+// with it blocked; a caller's thread blocks it while it launches an operation): a write
+// to a peer that closed its connection fails with EPIPE and becomes an error naming the
+// peer, whatever the program's SIGPIPE disposition, which this leaves as it is.
 std::unique_ptr<Collectives> make_gloo_collectives(c10::intrusive_ptr<c10d::Store> store, int rank,
                                                    int size, const GlooOptions& options);
 

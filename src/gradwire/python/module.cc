@@ -295,6 +295,8 @@ PYBIND11_MODULE(_C, m) {
       .def("watch_gradients", &DdpCommHook::watch_gradients, py::arg("keys"), py::arg("params"))
       .def("zero_grad", &DdpCommHook::zero_grad, py::call_guard<py::gil_scoped_release>())
       .def("count_step", &DdpCommHook::count_step)
+      .def("count_loop", &DdpCommHook::count_loop)
+      .def("refuse_next_step", &DdpCommHook::refuse_next_step)
       .def_property_readonly("codec", &DdpCommHook::codec)
       .def_property_readonly("rank", &DdpCommHook::rank)
       .def_property_readonly("world_size", &DdpCommHook::world_size)
@@ -382,6 +384,9 @@ PYBIND11_MODULE(_C, m) {
              }
              return to_py_bytes(bytes);
            })
-      .def("load_state",
-           [](DiLoCoModel& d, const py::bytes& state) { d.load_state(from_py_bytes(state)); });
+      .def("load_state", [](DiLoCoModel& d, const py::bytes& state) {
+        const Bytes bytes = from_py_bytes(state);
+        py::gil_scoped_release release;  // it waits for the exchange in flight
+        d.load_state(bytes);
+      });
 }

@@ -1,6 +1,9 @@
 #include "gradwire/torch/ddp_comm_hook.h"
 
 #include <ATen/ATen.h>
+#include <torch/csrc/autograd/function.h>
+#include <torch/csrc/autograd/utils/lambda_post_hook.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <chrono>
@@ -101,28 +104,46 @@ DdpCommHook::DdpCommHook(std::unique_ptr<comm::Collectives> collectives, CommHoo
 DdpCommHook::~DdpCommHook() { unwatch(); }
 
 void DdpCommHook::unwatch() {
-  for (auto& watch : watches_) watch.param.remove_hook(watch.handle);
+  for (auto& watch : watches_) watch.accumulator->del_post_hook(watch.key);
   watches_.clear();
+  had_gradient_->clear();
 }
 
-void DdpCommHook::watch_gradients(const std::vector<int64_t>& keys,
-                                  const std::vector<at::Tensor>& params) {
+size_t DdpCommHook::watch_gradients(const std::vector<int64_t>& keys,
+                                    const std::vector<at::Tensor>& params) {
   if (keys.size() != params.size()) {
     throw ConfigError(std::to_string(keys.size()) + " keys for " + std::to_string(params.size()) +
                       " parameters");
   }
   unwatch();
-  had_gradient_->assign(tensors_.size(), 0);
+  if (!strategy_) return 0;
   for (size_t j = 0; j < keys.size(); ++j) {
     const auto found = index_of_.find(keys[j]);
-    if (found == index_of_.end() || !params[j].requires_grad()) continue;
+    if (found == index_of_.end() || !params[j].requires_grad() || !params[j].is_leaf()) continue;
     const size_t k = found->second;
-    // Runs before the gradient is accumulated, so before DDP's own hook, whose bucket call
-    // may end the step.
-    const unsigned handle =
-        params[j].register_hook([flags = had_gradient_, k](const at::Tensor&) { (*flags)[k] = 1; });
-    watches_.push_back({params[j], handle});
+    // A post-hook of the parameter's gradient accumulator (it runs once backward has
+    // accumulated the parameter's gradient), put first among them: DDP's own post-hook,
+    // registered when DDP was built, hands the bucket over and may end the step, and must
+    // find the flag set. Not a tensor hook: torch 1.13 keeps a tensor's C++ and Python
+    // hooks in one list that registering either kind clears.
+    auto accumulator = torch::autograd::impl::grad_accumulator(params[j]);
+    auto hook = std::make_unique<torch::autograd::utils::LambdaPostHook>(
+        [flags = had_gradient_, k](const torch::autograd::variable_list& outputs,
+                                   const torch::autograd::variable_list&) {
+          if (k < flags->size()) (*flags)[k] = 1;
+          return outputs;
+        });
+    const auto key = reinterpret_cast<uintptr_t>(hook.get());
+    auto& hooks = accumulator->post_hooks();
+    hooks.insert(hooks.begin(), std::move(hook));
+    watches_.push_back({std::move(accumulator), key});
   }
+  if (watches_.size() != tensors_.size()) {  // every parameter, or none: the rest would
+    unwatch();                               // look unused forever
+    return 0;
+  }
+  had_gradient_->assign(tensors_.size(), 0);
+  return watches_.size();
 }
 
 c10::intrusive_ptr<c10::ivalue::Future> DdpCommHook::exchange(
@@ -271,6 +292,7 @@ std::exception_ptr DdpCommHook::finish_step(bool make_up) {
   const size_t n = tensors_.size();
   std::string local_failure = std::move(step_failure_);
   step_failure_.clear();
+  if (local_failure.empty()) local_failure = std::exchange(refused_, {});
   std::exception_ptr error;
   try {
     if (!broken_.empty()) throw Error("an earlier exchange of this hook failed: " + broken_);
@@ -354,9 +376,14 @@ void DdpCommHook::fail_step(std::exception_ptr error) {
   for (auto& p : pending) p.done->setError(error);
 }
 
+void DdpCommHook::count_loop(uint64_t zero_grads, uint64_t steps) {
+  for (uint64_t i = 0; i < zero_grads; ++i) ledger_.count_zero_grad();
+  for (uint64_t i = 0; i < steps; ++i) ledger_.count_step();
+}
+
 void DdpCommHook::zero_grad() {
-  if (!strategy_) return;  // the ledger counts from the first exchange on
-  if (!pending_.empty()) {
+  if (!strategy_) {  // no exchange yet, so none to make up for
+  } else if (!pending_.empty()) {
     // A backward that handed over some buckets and threw before the last: its exchange is
     // ended now, so that the others, waiting in it, learn the step was abandoned.
     step_failure_ =

@@ -52,6 +52,7 @@
 
 #include <ATen/core/Tensor.h>
 #include <ATen/core/ivalue.h>
+#include <torch/csrc/autograd/function.h>
 
 #include <cstdint>
 #include <memory>
@@ -112,13 +113,14 @@ class DdpCommHook {
                                                    const std::vector<std::string>& names,
                                                    bool is_last);
 
-  // The parameters behind `keys`: from the next backward on, a hook on each marks it as
-  // having a gradient on this rank (see "Parameters without a gradient"); until then
-  // every parameter counts as having one. Between backward passes, or at the end of one
-  // (an autograd final callback): registering on a parameter while autograd runs its hooks
-  // is not safe. Keys the first step did not show are ignored; a second call replaces the
-  // first's hooks.
-  void watch_gradients(const std::vector<int64_t>& keys, const std::vector<at::Tensor>& params);
+  // The parameters behind `keys`: from the next backward on, a hook on each one's gradient
+  // accumulator marks it as having a gradient on this rank (see "Parameters without a
+  // gradient"); until then, and when not every parameter of the first step is among them,
+  // every parameter counts as having one. Returns how many it watches (0: none). Once the
+  // strategy exists, between backward passes or at the end of one (an autograd final
+  // callback): registering while autograd runs a parameter's hooks is not safe. A second
+  // call replaces the first's hooks; destruction removes them.
+  size_t watch_gradients(const std::vector<int64_t>& keys, const std::vector<at::Tensor>& params);
 
   // The program's optimizer, where the Python state knows it: each zero_grad() (before it
   // zeroes) and each step() (after). They keep the ranks in step when one skips a batch
@@ -128,9 +130,13 @@ class DdpCommHook {
   // a zero_grad() after a backward that threw between buckets ends that step's exchange as
   // abandoned. Throws only for a failed collective.
   void zero_grad();
-  void count_step() {
-    if (strategy_) ledger_.count_step();
-  }
+  void count_step() { ledger_.count_step(); }
+  // The calls the program made before this hook existed (the Python state binds at its
+  // first bucket), so that a rank that skipped its first step arrives out of step.
+  void count_loop(uint64_t zero_grads, uint64_t steps);
+  // This rank cannot take part as asked (a hook state it was given does not fit): its next
+  // exchange fails on every rank, naming it and `why`, instead of this rank failing alone.
+  void refuse_next_step(std::string why) { refused_ = std::move(why); }
 
   // The optimizer's learning rate, before a step's last bucket (as DistributedOptimizer
   // passes it to the strategy every step): `auto` takes a decay to half or less as the
@@ -162,9 +168,9 @@ class DdpCommHook {
     at::Tensor buffer;
     c10::intrusive_ptr<c10::ivalue::Future> done;
   };
-  struct Watch {  // a hook of watch_gradients()
-    at::Tensor param;
-    unsigned handle;
+  struct Watch {  // a hook of watch_gradients(), on a parameter's gradient accumulator
+    std::shared_ptr<torch::autograd::Node> accumulator;
+    uintptr_t key = 0;
   };
   // One bucket's parameters: checked, then (first step) collected or reported to the
   // strategy. Throws what makes this rank unable to take the bucket.
@@ -193,6 +199,7 @@ class DdpCommHook {
   std::vector<uint8_t> reported_;                 // this step: parameter reported
   std::vector<Pending> pending_;                  // this step's buckets
   std::string step_failure_;  // why this rank cannot take this step's buckets ("" if it can)
+  std::string refused_;       // refuse_next_step()
   std::vector<float> zeros_;  // what a parameter this rank could not take contributes
   // [failed, had a gradient per parameter, the ledger's words], carried by the strategy (or
   // allreduced).
