@@ -97,6 +97,7 @@ GENERATORS = {
     "gpt-adamw-codecs/results.md": ["quality/adam_codecs_table.py", "."],
     "headline/results.md": ["headline_table.py", ".."],
     "hook-cost/results.md": ["python/hook_cost_table.py", "."],
+    "hook-own-group-ab/results.md": ["python/own_group_ab.py", "."],
     "gpt-diloco-quality/results.md": ["quality/adam_codecs_table.py", "."],
     "gpt-diloco-outer-probes/results.md": ["quality/adam_codecs_table.py", "."],
     "overlap-layout/step-time-loopback/summary.md": ["./summary.py", "runs-cnn.txt",
