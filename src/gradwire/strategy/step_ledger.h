@@ -40,6 +40,12 @@ class StepLedger {
   // The status words the ledger takes in an exchange's status.
   static constexpr size_t kWords = 2 * (kSequenceBits + kZeroGradBits);
 
+  // The cause a make-up exchange names (the rank that skipped is named beside it).
+  static constexpr const char* kSkippedStep =
+      "it skipped a step: zero_grad() came twice with no exchange between (its backward threw "
+      "before any gradient was final, or no backward ran); it took part in that step's "
+      "exchange with no gradient";
+
   // A zero_grad() begins: true when this rank skipped the step since its last exchange
   // (see above); the caller then makes up for it (an exchange with make_up) before
   // counting the zero_grad().

@@ -394,11 +394,7 @@ void DdpCommHook::zero_grad() {
     // No exchange since the last step began: this rank skipped it (its backward threw
     // before any gradient was final, and the loop went on). It takes part in the exchange
     // the others made of that step: every rank's step fails alike, the next ones pair.
-    step_failure_ =
-        "it skipped a step: zero_grad() came twice with no exchange between (its "
-        "backward threw before any gradient was final, or no backward ran); it "
-        "took part in that step's exchange with no gradient";
-    std::fill(reported_.begin(), reported_.end(), 0);
+    step_failure_ = strategy::StepLedger::kSkippedStep;
     finish_step(/*make_up=*/true);
   }
   // The agreed failure is the others' to raise (this rank knows); a failed collective is

@@ -248,10 +248,7 @@ void DistributedOptimizer::zero_grad(bool set_to_none) {
   // any gradient was final, and the loop went on). It takes part in the exchange the others
   // made of that step, so that every rank's step fails alike and the next steps pair.
   if (m.exchange_in_backward && m.strategy->exchanges_gradients() && m.ledger.skipped_a_step()) {
-    m.local_failure =
-        "it skipped a step: zero_grad() came twice with no exchange between (its "
-        "backward threw before any gradient was final, or no backward ran); it "
-        "took part in that step's exchange with no gradient";
+    m.local_failure = strategy::StepLedger::kSkippedStep;
     m.exchange(/*make_up=*/true);  // the others throw the message from their backward
   }
   m.ledger.count_zero_grad();
