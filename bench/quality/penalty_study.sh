@@ -7,7 +7,9 @@
 #   cnn, cnn-wide: SGD, 3 epochs, batch 64 (705 steps), accuracy 88%; powersgd at rank 8
 #   gpt:           AdamW, 1 epoch of 12288 windows, batch 8, loss 1.93; powersgd at rank 16
 # Plans (PLANS, default "none powersgd"; int8 may be added: it is not charged; powersgd8
-# is powersgd at auto's default rank 8 on every model): none, and powersgd as auto runs it
+# is powersgd at auto's default rank 8 on every model; powersgd-start2 is powersgd dense for
+# the first 2 steps only, DDP's hook's start in the e2e baseline and auto's dense start
+# since issue 62): none, and powersgd as auto ran it before issue 62
 # (codec_plan.cc: powersgd:min_rate=2,rank=R) from the step auto could first run it. auto
 # runs no compressing plan in a critical regime, and its detector calls windows 0 and 1
 # critical (regime_detector.h, window 50 steps), so PowerSGD's earliest step under auto is
@@ -43,6 +45,7 @@ for ((seed = first; seed < first + seeds; ++seed)); do
       case "$plan" in
         powersgd) codec="powersgd:min_rate=2,rank=$rank,start=$powersgd_start" ;;
         powersgd8) codec="powersgd:min_rate=2,rank=8,start=$powersgd_start" ;;
+        powersgd-start2) codec="powersgd:min_rate=2,rank=$rank,start=2" ;;
         *) codec="$plan" ;;
       esac
       name="$model-$plan-seed$seed"

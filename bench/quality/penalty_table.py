@@ -30,8 +30,9 @@ from result_tables import events, spread  # noqa: E402
 
 DEFAULT_TARGETS = {"cnn": [0.85, 0.87, 0.88], "cnn-wide": [0.85, 0.87, 0.88],
                    "gpt": [2.10, 2.00, 1.93]}
-# powersgd8: rank 8 on every model; powersgd-from0: the first study's, compressing from step 0
-PLANS = ["none", "int8", "powersgd", "powersgd8", "powersgd-from0"]
+# powersgd8: rank 8 on every model; powersgd-from0: the first study's, compressing from step 0;
+# powersgd-start2: dense for 2 steps (auto's start since issue 62)
+PLANS = ["none", "int8", "powersgd", "powersgd8", "powersgd-from0", "powersgd-start2"]
 
 
 def read(path):

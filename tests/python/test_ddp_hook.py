@@ -231,14 +231,14 @@ def auto_codec_worker(rank, world):
 
 
 def lr_decay_worker(rank, world, with_optimizer):
-    """auto with short windows and trials; the rate halves at step 12. The decisions
-    rank 0 logged."""
+    """auto with short windows and trials and Accordion's regimes on (off by default); the
+    rate halves at step 12. The decisions rank 0 logged."""
     import logging
     torch.manual_seed(0)
     model = Net()
     ddp = DDP(model, bucket_cap_mb=BUCKET_MB)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    state, hook = gradwire.ddp.hook("auto:window=3,trial=1,plans=none/fp16", model=model,
+    state, hook = gradwire.ddp.hook("auto:window=3,trial=1,plans=none/fp16,regimes=on", model=model,
                                     optimizer=opt if with_optimizer else None)
     ddp.register_comm_hook(state, hook)
     lines = []

@@ -109,10 +109,12 @@ TEST(OptimizerCheckpointTest, ErrorFeedbackCodecsKeepTheirResidualsAndMomentum) 
   expect_exact_resume<SmallNet>("topk:density=0.1", "split");
 }
 TEST(OptimizerCheckpointTest, AutoSavedInTheMiddleOfATrialGoesOnWithIt) {
-  // The trial measures fp16 (the least predicted exchange) on steps 0-2 and none on 3-5
-  // (a warm-up step and two measured each), then picks fp16 (none is 50 ms a step slower
-  // here). Saved after step 3, in none's trial (its warm-up done): the resumed job must
-  // measure none on steps 4 and 5 and switch at step 6, as the job that never stopped did.
+  // The trial's plans take turns, fp16 (the least predicted exchange) on even steps and
+  // none on odd ones: a warm-up step and two measured each by step 5, then it settles on
+  // fp16 (none is 50 ms a step slower here). Saved after step 3, in the trial's second
+  // round: the resumed job must go on taking turns on steps 4 and 5 (step 4, the first
+  // after the resume, timed from the load) and switch at step 6, as the job that never
+  // stopped did.
   expect_exact_resume<SmallNet>("auto:plans=none/fp16,trial=2", "auto", /*slow_fp32=*/true);
 }
 TEST(OptimizerCheckpointTest, AccordionKeepsItsRegime) {

@@ -63,11 +63,23 @@ AdaptiveOptions AdaptiveOptions::parse(const std::string& text) {
     }
     o.penalty = reader.get_double_in("penalty", o.penalty, 0, 100);
     o.trial = static_cast<size_t>(reader.get_int_in("trial", 5, 1, 10'000));
+    o.trial_max = static_cast<size_t>(
+        reader.get_int_in("trial_max", static_cast<int64_t>(std::max<size_t>(20, o.trial)),
+                          static_cast<int64_t>(o.trial), 100'000));
+    o.dense = static_cast<size_t>(reader.get_int_in("dense", 2, 0, 1'000'000'000));
+    const std::string regimes = reader.get_string("regimes", "off");
+    if (regimes != "off" && regimes != "on") {
+      throw ConfigError("codec auto: regimes must be off or on, not '" + regimes + "'");
+    }
+    o.regimes = regimes == "on";
     o.reprobe = static_cast<size_t>(reader.get_int_in("reprobe", 2000, 0, 1'000'000'000));
     o.prune = reader.get_double_in("prune", o.prune, 0, 1e6);
     canonical.params["plans"] = plans;
     canonical.params["penalty"] = format_parameter(o.penalty);
     canonical.params["trial"] = std::to_string(o.trial);
+    canonical.params["trial_max"] = std::to_string(o.trial_max);
+    canonical.params["dense"] = std::to_string(o.dense);
+    canonical.params["regimes"] = regimes;
     canonical.params["reprobe"] = std::to_string(o.reprobe);
     canonical.params["prune"] = format_parameter(o.prune);
   } else if (spec.name == "accordion") {

@@ -27,7 +27,17 @@ struct AdaptiveOptions {
   // not know the model, and the midpoint of 0.011 and 0.127 bounds the time a wrong choice
   // loses on any of them by about 5.5%. docs/results/auto-penalty, issue 46.
   double penalty = 0.07;
-  size_t trial = 5;       // auto: measured steps per plan (after one warm-up step)
+  // auto: measured steps a plan runs in a trial before a verdict on it (after one warm-up
+  // step), and at most (its budget: trial_max)
+  size_t trial = 5;
+  size_t trial_max = 20;
+  // auto: the first `dense` steps of training run no plan that compresses (DDP's PowerSGD
+  // hook's start_powerSGD_iter; the e2e baseline's 2). docs/results/auto-penalty, issue 62.
+  size_t dense = 2;
+  // auto: whether Accordion's detector gates plans that compress after the start (a
+  // critical regime after a learning-rate decay or a change of the gradient norm by eta).
+  // Off by default: training's start is no longer critical for auto (issue 62).
+  bool regimes = false;
   size_t window = 50;     // steps per regime window
   double eta = 0.5;       // relative change of the gradient norm that makes a regime critical
   size_t reprobe = 2000;  // auto: steps between measurements (0: only when a regime asks)

@@ -1,5 +1,5 @@
-// AdaptiveStrategy's checkpoint state (format ADP5; ADP4 is read too): what a resumed job
-// needs to go on measuring and deciding as the uninterrupted job would.
+// AdaptiveStrategy's checkpoint state (format ADP6; ADP5 and ADP4 are read too): what a
+// resumed job needs to go on measuring and deciding as the uninterrupted job would.
 #include <memory>
 
 #include "gradwire/compress/policy.h"
@@ -9,15 +9,17 @@
 namespace gradwire::strategy {
 
 // State: tag, plan count, the step, the agreed regime and the learning rate it is measured
-// against, the detector, auto's measurements and the trial in progress (its step times on
-// each layout), fit's state, policy and summary, one section per plan with its
-// AllreduceStrategy's state (empty for a fit not built), and (ADP5, not in ADP4) the
-// standard error of each plan's measurement. The time of the last step's end
-// is not state: the first step after a resume is not timed, as the first step of a job is
-// not.
+// against, the detector, auto's measurements, the trial in progress (PlanTrial's state and
+// the plan whose turn it is), fit's state, policy and summary, one section per plan with
+// its AllreduceStrategy's state (empty for a fit not built), and the standard error of each
+// plan's measurement. ADP5 (and ADP4, without the standard errors) held a trial of one plan
+// after another: a trial in progress there is started again over its plans, interleaved.
+// The time of the last step's end is not state: the first step after a resume is timed from
+// the load, as the first step of a job is from start() (a little longer than a step).
 namespace {
 
-constexpr uint32_t kAdaptiveStateTag = 0x35504441;   // "ADP5"
+constexpr uint32_t kAdaptiveStateTag = 0x36504441;   // "ADP6"
+constexpr uint32_t kAdaptiveStateTag5 = 0x35504441;  // "ADP5": trials one plan at a time
 constexpr uint32_t kAdaptiveStateTag4 = 0x34504441;  // "ADP4": before the plans' noise
 constexpr uint32_t kAdaptiveStateTag3 = 0x33504441;  // "ADP3": before the proposal samples
 
@@ -56,13 +58,9 @@ void AdaptiveStrategy::save_state(Bytes& out) const {
   put_vector(writer, measured_ms_);
   put_vector(writer, trial_steps_of_);
   put_vector(writer, ruled_out_);
-  std::vector<uint64_t> queue(trial_queue_.begin(), trial_queue_.end());
-  put_vector(writer, queue);
-  writer.put<uint64_t>(trial_pos_);
-  writer.put<uint64_t>(trial_steps_);
-  put_vector(writer, samples_);
-  put_vector(writer, proposal_samples_);
-  writer.put_string(trial_why_);
+  writer.put<uint8_t>(trial_.active());
+  if (trial_.active()) trial_.save_state(writer);
+  writer.put<uint64_t>(turn_plan_ == PlanTrial::kNone ? plans_.size() : turn_plan_);
   writer.put<uint64_t>(next_reprobe_);
   writer.put<uint8_t>(static_cast<uint8_t>(fit_state_));
   writer.put_string(fit_policy_);
@@ -82,9 +80,9 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   if (tag == kAdaptiveStateTag3) {
     throw PayloadError("the checkpoint's " + options_.canonical +
                        " state is format ADP3, written by an older gradwire; this one reads "
-                       "ADP4 and ADP5: resume it with the gradwire that saved it");
+                       "ADP4 to ADP6: resume it with the gradwire that saved it");
   }
-  if (tag != kAdaptiveStateTag && tag != kAdaptiveStateTag4) {
+  if (tag != kAdaptiveStateTag && tag != kAdaptiveStateTag5 && tag != kAdaptiveStateTag4) {
     throw PayloadError("the checkpoint holds no " + options_.canonical +
                        " state where one was expected (was it saved with another codec?)");
   }
@@ -104,12 +102,34 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   auto measured = get_vector<double>(in, "measured ms", plans);
   auto trial_steps_of = get_vector<uint64_t>(in, "trial steps per plan", plans);
   auto ruled_out = get_vector<uint8_t>(in, "ruled out", plans);
-  auto queue = get_vector<uint64_t>(in, "trial queue", plans);
-  const auto trial_pos = in.get<uint64_t>("trial position");
-  const auto trial_steps = in.get<uint64_t>("trial steps");
-  auto samples = get_vector<double>(in, "trial samples", 1u << 20);
-  auto proposal_samples = get_vector<double>(in, "trial samples on a proposal", 1u << 20);
-  std::string why = in.get_string("trial reason");
+  PlanTrial trial;
+  size_t turn_plan = PlanTrial::kNone;
+  if (tag == kAdaptiveStateTag) {
+    if (in.get<uint8_t>("trial in progress") != 0) trial.load_state(in, plans);
+    const auto turn = in.get<uint64_t>("trial turn plan");
+    if (turn > plans || (turn < plans && !trial.active())) {
+      throw PayloadError("the checkpoint's trial turn does not fit " + options_.canonical);
+    }
+    if (turn < plans) turn_plan = static_cast<size_t>(turn);
+  } else {
+    // ADP4/ADP5: a queue of plans measured one after another; their samples are dropped and
+    // the plans not yet measured are measured again, interleaved.
+    auto queue = get_vector<uint64_t>(in, "trial queue", plans);
+    const auto trial_pos = in.get<uint64_t>("trial position");
+    in.get<uint64_t>("trial steps");
+    get_vector<double>(in, "trial samples", 1u << 20);
+    get_vector<double>(in, "trial samples on a proposal", 1u << 20);
+    std::string why = in.get_string("trial reason");
+    if (trial_pos > queue.size()) {
+      throw PayloadError("the checkpoint's adaptive measurements do not fit " + options_.canonical);
+    }
+    std::vector<size_t> rest;
+    for (size_t i = static_cast<size_t>(trial_pos); i < queue.size(); ++i) {
+      if (queue[i] >= plans) throw PayloadError("the checkpoint's trial names a plan out of range");
+      rest.push_back(static_cast<size_t>(queue[i]));
+    }
+    if (!rest.empty()) trial = PlanTrial(std::move(rest), plans, std::move(why));
+  }
   const auto next_reprobe = in.get<uint64_t>("next measurement");
   const auto fit_state = in.get<uint8_t>("fit state");
   std::string fit_policy = in.get_string("fit policy");
@@ -129,12 +149,8 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
       throw PayloadError(std::string("the checkpoint's plan fit: ") + e.what());
     }
   }
-  if (measured.size() != plans || trial_steps_of.size() != plans || ruled_out.size() != plans ||
-      trial_pos > queue.size()) {
+  if (measured.size() != plans || trial_steps_of.size() != plans || ruled_out.size() != plans) {
     throw PayloadError("the checkpoint's adaptive measurements do not fit " + options_.canonical);
-  }
-  for (const uint64_t p : queue) {
-    if (p >= plans) throw PayloadError("the checkpoint's trial names a plan out of range");
   }
   // The fit plan is started before the sections are read (its state is in them) but kept
   // only if every section loads.
@@ -176,15 +192,14 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   noise_ms_ = std::move(noise);
   trial_steps_of_ = std::move(trial_steps_of);
   ruled_out_ = std::move(ruled_out);
-  trial_queue_.assign(queue.begin(), queue.end());
-  trial_pos_ = static_cast<size_t>(trial_pos);
-  trial_steps_ = static_cast<size_t>(trial_steps);
-  samples_ = std::move(samples);
-  proposal_samples_ = std::move(proposal_samples);
-  trial_why_ = std::move(why);
+  trial_ = std::move(trial);
+  for (size_t p = 0; p < plans_.size(); ++p) {
+    if (!plans_[p]) trial_.leave(p, false);  // fit, not built: nothing to measure
+  }
+  turn_plan_ = turn_plan;
   next_reprobe_ = next_reprobe;
-  last_end_.reset();
-  decisions_.clear();  // start()'s, replaced by this one
+  last_end_ = Clock::now();  // the next step is timed from the resume, as from start()
+  decisions_.clear();        // start()'s, replaced by this one
   decide(static_cast<size_t>(active), "resumed from a checkpoint");
 }
 

@@ -29,8 +29,10 @@ AdaptiveStrategy::AdaptiveStrategy(comm::Collectives& collectives, AdaptiveOptio
     : collectives_(collectives),
       options_(std::move(options)),
       base_(std::move(base)),
-      detector_(options_.window, options_.eta) {
+      detector_(options_.window, options_.eta,
+                /*start_critical=*/options_.mode == AdaptiveOptions::Mode::kAccordion) {
   if (options_.plans.empty()) throw ConfigError("an adaptive codec needs at least one plan");
+  critical_ = detector_.critical();
 }
 
 AdaptiveStrategy::~AdaptiveStrategy() = default;
@@ -83,6 +85,7 @@ void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
   grad_seen_.assign(tensors.size(), 0);
   measured_ms_.assign(options_.plans.size(), 0);
   noise_ms_.assign(options_.plans.size(), 0);
+  wait_ms_.assign(options_.plans.size(), 0);
   trial_steps_of_.assign(options_.plans.size(), 0);
   ruled_out_.assign(options_.plans.size(), 0);
   predicted_ms_.assign(options_.plans.size(), 0);
@@ -90,7 +93,19 @@ void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
     if (!plans_[p]) continue;
     predicted_ms_[p] = 1e3 * plans_[p]->predicted_exchange_seconds(base_.link).value_or(0.0);
   }
-  if (options_.mode == AdaptiveOptions::Mode::kAuto) {
+  const bool some_exact = std::any_of(options_.plans.begin(), options_.plans.end(),
+                                      [](const CodecPlan& p) { return !p.compresses; });
+  dense_steps_ = some_exact ? options_.dense : 0;
+  // The first step is timed from here: longer than a step (it holds whatever the caller
+  // does before its first backward), it is only ever a warm-up, an upper bound.
+  last_end_ = Clock::now();
+  if (options_.mode == AdaptiveOptions::Mode::kAuto && world == 1) {
+    // Nothing goes over a wire: the most faithful plan that is built, measured never.
+    size_t plan = 0;
+    while (plan + 1 < plans_.size() && (!plans_[plan] || options_.plans[plan].compresses)) ++plan;
+    next_reprobe_ = static_cast<uint64_t>(-1);
+    decide(plan, "start of training; one rank: nothing to exchange, nothing to measure");
+  } else if (options_.mode == AdaptiveOptions::Mode::kAuto) {
     std::vector<size_t> all(options_.plans.size());
     for (size_t p = 0; p < all.size(); ++p) all[p] = p;
     begin_trial(all, left_out_.empty() ? "start of training" : "start of training; " + left_out_);
@@ -155,7 +170,7 @@ void AdaptiveStrategy::synchronize(const FloatSpans& grads) {
   if (plans_.empty()) throw Error("AdaptiveStrategy::synchronize called before start");
   // fit's input: during a trial (not a plan's warm-up step), when every gradient came
   // through a hook, how long before the last one each was final.
-  if (fit_state_ == FitState::kPending && !trial_queue_.empty() && trial_steps_ > 0 &&
+  if (fit_state_ == FitState::kPending && trial_.active() && turn_plan_ != PlanTrial::kNone &&
       !ready_at_.empty() &&
       std::all_of(grad_seen_.begin(), grad_seen_.end(), [](uint8_t v) { return v; })) {
     const auto last = *std::max_element(ready_at_.begin(), ready_at_.end());
@@ -173,17 +188,19 @@ void AdaptiveStrategy::synchronize(const FloatSpans& grads) {
   double local_sq = 0;
   for (double sq : grad_sq_) local_sq += sq;
   const bool on_proposal = plans_[active_]->next_step_on_proposal();
+  const auto exchange_start = Clock::now();
   plans_[active_]->synchronize(grads);
   local_failure_ = plans_[active_]->take_local_failure();
   const auto now = Clock::now();
+  const double wait_ms = std::chrono::duration<double, std::milli>(now - exchange_start).count();
   const double step_ms =
       last_end_ ? std::chrono::duration<double, std::milli>(now - *last_end_).count() : 0.0;
   last_end_ = now;
   ++step_;
   bool lr_restart = false;
-  const bool window_ended = update_regime(std::sqrt(local_sq), lr_restart);
+  const bool window_ended = uses_regimes() && update_regime(std::sqrt(local_sq), lr_restart);
   if (options_.mode == AdaptiveOptions::Mode::kAuto) {
-    step_auto(step_ms, on_proposal, window_ended, lr_restart);
+    step_auto(step_ms, wait_ms, on_proposal, window_ended, lr_restart);
   } else {
     step_accordion(window_ended);
   }
@@ -207,31 +224,25 @@ void AdaptiveStrategy::step_accordion(bool window_ended) {
   if (wanted != active_) decide(wanted, critical_ ? "critical regime" : "normal regime");
 }
 
-void AdaptiveStrategy::step_auto(double step_ms, bool on_proposal, bool window_ended,
-                                 bool lr_restart) {
-  if (!trial_queue_.empty()) {
-    // Measuring: the plan's first step of the trial warms it up (allocations, PowerSGD's
-    // first factors) and is not counted.
-    if (trial_steps_++ > 0 && step_ms > 0) {
-      (on_proposal ? proposal_samples_ : samples_).push_back(step_ms);
-    }
+void AdaptiveStrategy::step_auto(double step_ms, double wait_ms, bool on_proposal,
+                                 bool window_ended, bool lr_restart) {
+  std::vector<size_t> all(options_.plans.size());
+  for (size_t p = 0; p < all.size(); ++p) all[p] = p;
+  if (trial_.active()) {
+    if (turn_plan_ != PlanTrial::kNone) trial_.record(step_ms, wait_ms, on_proposal);
     if (lr_restart) {
-      std::vector<size_t> all(options_.plans.size());
-      for (size_t p = 0; p < all.size(); ++p) all[p] = p;
       begin_trial(all, "learning-rate decay");
-    } else if (!allowed(trial_queue_[trial_pos_]) ||
-               (trial_steps_ > options_.trial && !time_proposal())) {
-      next_trial_plan();
+    } else {
+      advance_trial();
     }
     return;
   }
-  std::vector<size_t> all(options_.plans.size());
-  for (size_t p = 0; p < all.size(); ++p) all[p] = p;
   if (lr_restart) {
     begin_trial(all, "learning-rate decay");
   } else if (options_.reprobe > 0 && step_ >= next_reprobe_) {
     begin_trial(all, "scheduled measurement");
   } else if (window_ended) {
+    // regimes=on: a regime that lets in plans not measured yet measures them.
     std::vector<size_t> unmeasured;
     for (size_t p = 0; p < all.size(); ++p) {
       if (allowed(p) && measured_ms_[p] == 0 && !ruled_out_[p]) unmeasured.push_back(p);
@@ -247,16 +258,111 @@ void AdaptiveStrategy::step_auto(double step_ms, bool on_proposal, bool window_e
   }
 }
 
-void AdaptiveStrategy::begin_trial(std::vector<size_t> queue, std::string why) {
+void AdaptiveStrategy::begin_trial(std::vector<size_t> plans, std::string why) {
   // From the least predicted exchange to the most (unknown last), so that a plan the model
   // rules out is compared with the fastest plans measured.
   const auto key = [&](size_t p) { return predicted_ms_[p] > 0 ? predicted_ms_[p] : HUGE_VAL; };
-  std::stable_sort(queue.begin(), queue.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
-  for (size_t p : queue) ruled_out_[p] = 0;
-  trial_queue_ = std::move(queue);
-  trial_why_ = std::move(why);
-  trial_pos_ = static_cast<size_t>(-1);
-  next_trial_plan();
+  std::stable_sort(plans.begin(), plans.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
+  std::erase_if(plans, [&](size_t p) { return plans_[p] == nullptr; });  // fit, not built
+  for (size_t p : plans) ruled_out_[p] = 0;
+  trial_ = PlanTrial(std::move(plans), options_.plans.size(), std::move(why));
+  advance_trial();
+}
+
+void AdaptiveStrategy::advance_trial() {
+  for (int pass = 0; pass < 2 && trial_.active(); ++pass) {
+    const size_t next = trial_.next([&](size_t p) { return allowed(p); });
+    if (next != PlanTrial::kNone) {
+      turn_plan_ = next;
+      if (next != active_ && Timeline::global().enabled()) {
+        const auto now = Timeline::Clock::now();
+        Timeline::global().record("codec trial", "auto", now, now,
+                                  "{\"plan\":\"" + options_.plans[next].name + "\"}");
+      }
+      active_ = next;
+      return;
+    }
+    if (pass == 1 || !settle_round()) break;
+    trial_.next_round();
+  }
+  turn_plan_ = PlanTrial::kNone;
+  if (!trial_.active()) return;  // decided
+  // No running plan may run now (those left wait for the dense start to end): a step of
+  // the first plan allowed, outside the trial.
+  for (size_t p = 0; p < plans_.size(); ++p) {
+    if (allowed(p)) {
+      active_ = p;
+      return;
+    }
+  }
+}
+
+bool AdaptiveStrategy::settle_round() {
+  // Every rank ends the round at the same step: the figures agreed, the slowest rank's.
+  std::vector<float> agreed = trial_.local_figures();
+  if (!agreed.empty()) collectives_.allreduce_max(agreed.data(), agreed.size());
+  const auto figures = trial_.agree(agreed, std::min<size_t>(3, options_.trial));
+  const std::vector<size_t> running = trial_.running();
+  for (size_t p : running) {
+    if (!(figures[p].step_ms > 0)) continue;
+    measured_ms_[p] = figures[p].step_ms;
+    noise_ms_[p] = figures[p].noise_ms;
+    wait_ms_[p] = figures[p].wait_ms;
+    trial_steps_of_[p] = figures[p].samples + 1;
+  }
+  // The model's rules: a predicted exchange beyond `prune` x the fastest step (a warm-up
+  // step bounds it from above before samples come), or no chance to beat the most
+  // faithful plan measured (3 samples on) by the tie.
+  // The plan of the fastest figure is never ruled out by it (a model far off the link
+  // could otherwise rule out every plan).
+  double warmup_bound = 0, fastest_figure = 0;
+  size_t fastest_plan = PlanTrial::kNone;
+  for (size_t p : running) {
+    const double w = figures[p].warmup_ms;
+    if (w > 0 && (warmup_bound == 0 || w < warmup_bound)) warmup_bound = w;
+    const double figure = figures[p].step_ms > 0 ? figures[p].step_ms : w;
+    if (figure > 0 && (fastest_plan == PlanTrial::kNone || figure < fastest_figure)) {
+      fastest_plan = p;
+      fastest_figure = figure;
+    }
+  }
+  size_t reference = PlanTrial::kNone;
+  for (size_t p = 0; p < options_.plans.size() && reference == PlanTrial::kNone; ++p) {
+    if (figures[p].samples >= std::min<size_t>(3, options_.trial)) reference = p;
+  }
+  for (size_t p : running) {
+    if (critical_ && options_.plans[p].compresses) {
+      trial_.leave(p, false);  // regimes=on: not a candidate in this regime
+    } else if (p != fastest_plan && rule_out(p, warmup_bound)) {
+      trial_.leave(p, false);
+    } else if (reference != PlanTrial::kNone && p != reference &&
+               cannot_beat(options_.plans[p], figures[reference].step_ms,
+                           figures[reference].wait_ms, options_.penalty)) {
+      ruled_out_[p] = kByWait;
+      trial_.leave(p, false);
+    }
+  }
+  TrialVerdict verdict =
+      settle_trial(options_.plans, trial_.running(), trial_.contenders(), candidates(), noise_ms_,
+                   wait_ms_, predicted_ms_, trial_.fewest_samples(), critical_,
+                   {.min_samples = options_.trial,
+                    .max_samples = options_.trial_max,
+                    .penalty = options_.penalty,
+                    .tie = kPlanTie});
+  for (size_t p : verdict.leave) {
+    trial_.leave(p, std::find(verdict.unresolved.begin(), verdict.unresolved.end(), p) !=
+                        verdict.unresolved.end());
+  }
+  if (!verdict.finished) return true;
+  // fit: built from this trial's measurements, interleaved with the choice in a trial of
+  // its own.
+  if (verdict.choice < options_.plans.size() && build_fit() && !rule_out(fit_)) {
+    const std::string why = trial_.why();
+    trial_ = PlanTrial({verdict.choice, fit_}, options_.plans.size(), why + "; fit built");
+    return true;
+  }
+  finish_trial(verdict);
+  return false;
 }
 
 std::vector<double> AdaptiveStrategy::candidates() const {
@@ -277,65 +383,15 @@ double AdaptiveStrategy::fastest_measured_ms() const {
   return fastest;
 }
 
-bool AdaptiveStrategy::time_proposal() {
-  const AllreduceStrategy& plan = *plans_[active_];
-  if (!plan.layout_comparing()) return false;
-  if (trial_steps_ > options_.trial + 1) return proposal_samples_.size() < options_.trial;
-  // The step the trial would have ended: the proposal is worth timing unless the first
-  // layout's median (agreed), less the saving the layout's model predicts for it, is still
-  // no faster than the fastest plan measured.
-  float first_ms = static_cast<float>(median(samples_));
-  collectives_.allreduce_max(&first_ms, 1);
-  const double fastest = fastest_measured_ms();
-  const double best_case = first_ms - 1e3 * plan.layout_predicted_saving_s();
-  return proposal_samples_.size() < options_.trial && (fastest == 0 || best_case < fastest);
-}
-
-bool AdaptiveStrategy::rule_out(size_t plan) {
+bool AdaptiveStrategy::rule_out(size_t plan, double fastest_bound_ms) {
   if (!(options_.prune > 0) || !(predicted_ms_[plan] > 0)) return false;
-  const double fastest = fastest_measured_ms();
+  double fastest = fastest_measured_ms();
+  if (fastest_bound_ms > 0 && (fastest == 0 || fastest_bound_ms < fastest)) {
+    fastest = fastest_bound_ms;
+  }
   if (!(fastest > 0) || !(predicted_ms_[plan] > options_.prune * fastest)) return false;
-  ruled_out_[plan] = 1;
+  ruled_out_[plan] = kByModel;
   return true;
-}
-
-void AdaptiveStrategy::next_trial_plan() {
-  if (trial_pos_ < trial_queue_.size() && trial_steps_ > options_.trial) {
-    // Every rank ran the plan for the same steps; the slowest rank's median is the step
-    // time of the job, agreed now so that rule_out() decides alike on every rank. A plan
-    // timed on two layouts counts by the faster: the one it keeps if its check agrees.
-    // Its noise: the largest standard error of any rank's median (the same layout's).
-    float agreed[4] = {static_cast<float>(median(samples_)),
-                       static_cast<float>(median(proposal_samples_)),
-                       static_cast<float>(median_standard_error(samples_)),
-                       static_cast<float>(median_standard_error(proposal_samples_))};
-    collectives_.allreduce_max(agreed, 4);
-    const bool by_proposal = agreed[1] > 0 && agreed[1] < agreed[0];
-    const float ms = by_proposal ? agreed[1] : agreed[0];
-    if (ms > 0) {
-      measured_ms_[trial_queue_[trial_pos_]] = ms;
-      noise_ms_[trial_queue_[trial_pos_]] = by_proposal ? agreed[3] : agreed[2];
-      trial_steps_of_[trial_queue_[trial_pos_]] = trial_steps_;
-    }
-  }
-  do {
-    ++trial_pos_;
-  } while (trial_pos_ < trial_queue_.size() &&
-           (!allowed(trial_queue_[trial_pos_]) || rule_out(trial_queue_[trial_pos_])));
-  trial_steps_ = 0;
-  samples_.clear();
-  proposal_samples_.clear();
-  // build_fit() puts fit at trial_pos_ when it mixes codecs.
-  if (trial_pos_ >= trial_queue_.size() && !(build_fit() && !rule_out(fit_))) {
-    finish_trial();
-    return;
-  }
-  active_ = trial_queue_[trial_pos_];
-  if (Timeline::global().enabled()) {
-    const auto now = Timeline::Clock::now();
-    Timeline::global().record("codec trial", "auto", now, now,
-                              "{\"plan\":\"" + options_.plans[active_].name + "\"}");
-  }
 }
 
 bool AdaptiveStrategy::build_fit() {
@@ -371,10 +427,6 @@ bool AdaptiveStrategy::build_fit() {
   }
   fit_summary_ = std::move(proposal.summary);
   start_fit_plan(proposal.policy);
-  // Measured last in this trial (its first place in the queue was skipped: not built).
-  std::erase(trial_queue_, fit_);
-  trial_queue_.push_back(fit_);
-  trial_pos_ = trial_queue_.size() - 1;
   return true;
 }
 
@@ -452,13 +504,27 @@ void AdaptiveStrategy::start_fit_plan(const std::string& policy) {
   fit_state_ = FitState::kBuilt;
 }
 
-void AdaptiveStrategy::finish_trial() {
-  trial_queue_.clear();
-  trial_pos_ = 0;
+void AdaptiveStrategy::finish_trial(const TrialVerdict& verdict) {
+  const std::string why = trial_.why();
+  trial_ = PlanTrial();
+  turn_plan_ = PlanTrial::kNone;
   next_reprobe_ = step_ + options_.reprobe;
-  size_t best = choose_plan(options_.plans, candidates(), critical_, options_.penalty);
+  size_t best = verdict.choice;
   if (best >= options_.plans.size()) best = active_;  // nothing measured is allowed: stay
-  decide(best, trial_why_);
+  verdict_.clear();
+  if (verdict.by_model) {
+    verdict_ = "unresolved between " + options_.plans[best].name;
+    for (size_t p : verdict.contenders) {
+      if (p != best) verdict_ += ", " + options_.plans[p].name;
+    }
+    // The trial's leader, when the model chose another.
+    const size_t leader = choose_plan(options_.plans, candidates(), critical_, options_.penalty);
+    if (leader < options_.plans.size() && leader != best) {
+      verdict_ += ", " + options_.plans[leader].name;
+    }
+    verdict_ += ": the cost model's choice";
+  }
+  decide(best, why);
 }
 
 void AdaptiveStrategy::decide(size_t plan, const std::string& why) {
@@ -501,19 +567,32 @@ void AdaptiveStrategy::decide(size_t plan, const std::string& why) {
               "\":" + std::to_string(trial_steps_of_[p]);
     }
     json += "}";
-    std::string ruled, ruled_json;
+    std::string ruled, waited, ruled_json, waited_json;
     for (size_t p = 0; p < options_.plans.size(); ++p) {
       if (!ruled_out_[p]) continue;
-      ruled += (ruled.empty() ? "" : " ") + options_.plans[p].name;
-      ruled_json += (ruled_json.empty() ? "\"" : ",\"") + options_.plans[p].name + "\"";
+      std::string& text = ruled_out_[p] == kByWait ? waited : ruled;
+      std::string& list = ruled_out_[p] == kByWait ? waited_json : ruled_json;
+      text += (text.empty() ? "" : " ") + options_.plans[p].name;
+      list += (list.empty() ? "\"" : ",\"") + options_.plans[p].name + "\"";
     }
-    json += ",\"ruled_out\":[" + ruled_json + "]";
+    json += ",\"ruled_out\":[" + ruled_json + "],\"cannot_beat\":[" + waited_json + "]";
     if (!ruled.empty()) reason += "; ruled out by the model: " + ruled;
+    if (!waited.empty()) {
+      reason +=
+          "; cannot beat the most faithful plan by the tie (its wait after backward is "
+          "too short): " +
+          waited;
+    }
+    if (!verdict_.empty()) {
+      reason += "; " + verdict_;
+      json += ",\"by_model\":true";
+    }
     if (fit_ != kNoPlan && fit_state_ != FitState::kPending) {
       reason += "; fit: " + fit_summary_;
       json += ",\"fit\":\"" + fit_summary_ + "\"";
     }
     report_noise(plan, reason, json);
+    verdict_.clear();
   }
   json += "}";
   d.reason = std::move(reason);

@@ -1,47 +1,54 @@
 // Adaptive codecs for the allreduce strategy: the codec changes over training, the same on
 // every rank at the same step (ALGORITHMS.md 9).
 //
-//   auto[:plans=none/fp16/int8/powersgd,rank=8,penalty=0.07,trial=5,window=50,eta=0.5,
-//         reprobe=2000,prune=2]
-//     Measures, then picks. Each candidate plan (codec_plan.h) runs `trial` steps after one
-//     of warm-up; a step's time is the wall time between two synchronize() returns
+//   auto[:plans=none/fp16/int8/powersgd,rank=8,penalty=0.07,dense=2,trial=5,trial_max=20,
+//         regimes=off,window=50,eta=0.5,reprobe=2000,prune=2]
+//     Measures, then picks. A trial interleaves its plans' steps, one each in turn
+//     (plan_trial.h); a step's time is the wall time between two synchronize() returns
 //     (forward, backward, the exchange not hidden by backward, the optimizer step: what
-//     the user waits for). The ranks agree on each plan's median (the slowest rank's, by an
-//     allreduce-max) and choose_plan() picks. A plan's own measured bucket layout
-//     (AllreduceStrategy) is measured over the same steps (warm-up 1 and 5 timed: the
-//     defaults of both); when it proposes other buckets, the trial goes on until `trial`
-//     steps ran the proposal (taking turns with the first layout), and the plan counts by
-//     the faster layout's median: a plan is not compared on buckets it would not keep.
-//     Not when the first layout's median, less the saving the layout's model predicts
-//     (more than the check measured, in every run so far), is still no faster than the
-//     fastest plan measured.
-//     Each decision reports its noise: every plan's standard error (from its steps' spread),
-//     whether the chosen plan's lead over the runner-up exceeds twice their combined
-//     error, and where it does not, about how many steps a plan would resolve it and what
-//     the cost model predicts for the two (choice_noise(), codec_plan.h). The choice is
-//     the scores' alone: a ranking within the noise is reported, not changed.
-//     Plans that compress are charged `penalty`
-//     for the steps they may cost and are not used in a critical regime (Accordion's
-//     RegimeDetector over the gradient norm). It measures again every
-//     `reprobe` steps (0: never), after a learning-rate decay (to half the rate at the
-//     last window end or less: a step schedule's; a warm-up's rise is none), and when the
-//     regime lets in plans it has not measured.
+//     the user waits for). Each plan's first step in a trial warms it up. The trial's
+//     steps are training steps: every plan in it trains the model. After every round the
+//     ranks agree each plan's median (the slowest rank's, by an allreduce-max), its
+//     standard error and the median time its synchronize() waited after backward, and
+//     settle_trial() (codec_plan.h) lets plans go once `trial` steps of each are measured:
+//     the resolved losers, those within the tie of the leader, those the trial's budget
+//     (`trial_max` steps a plan) could not resolve. When unresolved plans remain at the
+//     end the cost model's prediction chooses among them, not the noise.
+//     A plan's own measured bucket layout (AllreduceStrategy) takes turns with its first
+//     layout on the plan's own steps; the plan counts by the faster layout's median once
+//     the proposal has 3 measured steps (or `trial`, when fewer).
+//     The first `dense` steps of training run no plan that compresses (PowerSGD's
+//     quality evidence: DDP's hook starts it after its own dense steps, and auto's start
+//     at 2 reaches the targets, docs/results/auto-penalty); plans that compress join the
+//     trial's turns from then. Plans that compress are charged `penalty` for the steps
+//     they may cost. With `regimes=on`, Accordion's RegimeDetector over the gradient norm
+//     keeps them out of critical regimes after the start too, and a learning-rate decay
+//     (to half the rate at the last window end or less: a step schedule's; a warm-up's
+//     rise is none) starts a critical regime and a trial; off by default (issue 62: the
+//     critical windows cost more time than the quality they protect).
+//     It measures again every `reprobe` steps (0: never).
 //     The cost model (comm/cost_model.h, over the base options' link) predicts each plan's
-//     exchange per step at this world when training starts. A trial measures its plans
-//     from the least predicted exchange to the most, and rules out, without measuring it,
-//     a plan whose predicted exchange alone exceeds `prune` times the fastest step
-//     measured (agreed by all ranks) so far: a step cannot be shorter than its exchange,
-//     so such a plan cannot win. 0: never. A plan that cannot run at this world (int8
-//     beyond 127 ranks with the quantized path forced to its ring) is left out at start.
+//     exchange per step at this world when training starts. A trial turns through its
+//     plans from the least predicted exchange to the most, and rules out, without
+//     measuring it further, a plan whose predicted exchange alone exceeds `prune` times the
+//     fastest step measured (agreed by all ranks) so far (a step cannot be shorter than its
+//     exchange; 0: never), and every plan that cannot beat the most faithful plan measured
+//     by the tie even if it saved all that plan's wait after backward (cannot_beat(),
+//     codec_plan.h: on a fast link, where the exchange hides under backward, no codec is
+//     worth its trial steps). A plan that cannot run at this world (int8 beyond 127 ranks
+//     with the quantized path forced to its ring) is left out at start.
 //     Plan `fit` (listed, not a default: it lost to the best uniform plan in every whole
 //     run measured, docs/RESULTS.md) is a choice per bucket among the uniform plans
 //     (fit_plan.h). During the
 //     first trial every rank records, per tensor, how long before backward's end its
-//     gradient was final (the gradient hooks); when that trial's plans are measured, the
-//     ranks agree on the shortest of those times (an allreduce) and fit_rungs() picks each
-//     bucket's codec. A fit that mixes codecs is started and measured at the end of the
-//     same trial; one that picks the same codec for every bucket is that uniform plan and
-//     is not measured. It is built once.
+//     gradient was final (the gradient hooks); when that trial settles, the ranks agree on
+//     the shortest of those times (an allreduce) and fit_rungs() picks each bucket's
+//     codec. A fit that mixes codecs is started and interleaved with the trial's choice
+//     in a trial of its own; one that picks the same codec for every bucket is that uniform
+//     plan and is not measured. It is built once.
+//     Each decision reports its noise: every plan's standard error, whether the chosen
+//     plan's lead over the runner-up exceeds twice their combined error, and where the
+//     cost model chose.
 //   accordion[:critical=fp16,normal=powersgd,rank=2,window=50,eta=0.5]
 //     Accordion itself: plan `critical` in critical regimes, `normal` elsewhere.
 //
@@ -49,11 +56,12 @@
 // wire buffers and error feedback is paid once per plan); exactly one is active per step,
 // and switches happen between synchronize() and the next backward. A plan left keeps its
 // state (PowerSGD's warm-started Q and its error feedback) for when it is used again.
-// Agreement: each rank feeds its detector the norm of its own gradient before the exchange
-// (so the codec in use does not change the signal), and at the end of every window the
-// ranks agree by an allreduce-max of two floats: critical on one rank is critical on all,
-// and so is a learning-rate change seen by any. Timings are agreed by an allreduce-max when
-// a trial ends. All other decisions follow from agreed values and the step count alone.
+// Agreement: each rank feeds its detector (accordion, auto with regimes=on) the norm of its
+// own gradient before the exchange (so the codec in use does not change the signal), and at
+// the end of every window the ranks agree by an allreduce-max of two floats: critical on
+// one rank is critical on all, and so is a learning-rate change seen by any. Timings are
+// agreed by an allreduce-max after every round of a trial. All other decisions follow from
+// agreed values and the step count alone.
 #pragma once
 
 #include <chrono>
@@ -66,6 +74,7 @@
 #include "gradwire/comm/collectives.h"
 #include "gradwire/strategy/adaptive/adaptive_options.h"
 #include "gradwire/strategy/adaptive/codec_plan.h"
+#include "gradwire/strategy/adaptive/plan_trial.h"
 #include "gradwire/strategy/adaptive/regime_detector.h"
 #include "gradwire/strategy/allreduce/allreduce_strategy.h"
 #include "gradwire/strategy/strategy.h"
@@ -103,26 +112,38 @@ class AdaptiveStrategy : public Strategy {
 
  private:
   using Clock = std::chrono::steady_clock;
+  // Whether `plan` may run the next step: not a plan that compresses in a critical regime
+  // or in the dense start (when a plan that does not compress is listed to run instead).
   bool allowed(size_t plan) const {
-    return !(critical_ && options_.plans[plan].compresses) && plans_[plan] != nullptr;
+    const bool held_back = critical_ || (step_ < dense_steps_);
+    return !(held_back && options_.plans[plan].compresses) && plans_[plan] != nullptr;
+  }
+  bool uses_regimes() const {
+    return options_.mode == AdaptiveOptions::Mode::kAccordion || options_.regimes;
   }
   // Updates the regime from this step's local gradient norm; true when it was re-agreed
   // (a window ended). Sets `lr_restart` when a learning-rate change was agreed.
   bool update_regime(double local_norm, bool& lr_restart);
-  // `on_proposal`: the step ran the active plan's proposed bucket layout.
-  void step_auto(double step_ms, bool on_proposal, bool window_ended, bool lr_restart);
+  // `wait_ms`: what the step's synchronize() took; `on_proposal`: the step ran the active
+  // plan's proposed bucket layout.
+  void step_auto(double step_ms, double wait_ms, bool on_proposal, bool window_ended,
+                 bool lr_restart);
   void step_accordion(bool window_ended);
-  // Starts measuring `queue` (plans not allowed now are skipped); `why` goes to the log.
-  void begin_trial(std::vector<size_t> queue, std::string why);
-  void next_trial_plan();  // the trial's next allowed plan, or finish_trial()
-  void finish_trial();
+  // Starts measuring `plans` (in turns; plans not allowed at a turn wait for the next
+  // round); `why` goes to the log.
+  void begin_trial(std::vector<size_t> plans, std::string why);
+  // Makes the trial's next turn active, settling each round that ends (collectives).
+  void advance_trial();
+  // After a round: agrees the figures, rules plans out, settles the trial; false when
+  // it ended (a decision was made).
+  bool settle_round();
+  void finish_trial(const TrialVerdict& verdict);
   // The fastest agreed median of the plans measured and not ruled out; 0: none.
   double fastest_measured_ms() const;
-  // In a trial, after the plan's `trial` steps: true while it should run on (its layout's
-  // proposal is being timed). A collective at the step the trial would have ended.
-  bool time_proposal();
-  // True when the model rules `plan` out (see above); marks it so until the next trial.
-  bool rule_out(size_t plan);
+  // True when the model rules `plan` out (see above) against the fastest step measured,
+  // or `fastest_bound_ms` when smaller and positive (a step known to be at least as long as
+  // the fastest: a warm-up); marks it so until the next trial.
+  bool rule_out(size_t plan, double fastest_bound_ms = 0);
   // measured_ms_ with the ruled-out plans' entries 0: what choose_plan() picks from.
   std::vector<double> candidates() const;
   // Makes `plan` active from the next step and records why.
@@ -170,15 +191,17 @@ class AdaptiveStrategy : public Strategy {
   std::string left_out_;                  // plans that cannot run at this world, and why
   std::vector<double> measured_ms_;       // agreed median ms/step per plan; 0: not measured
   std::vector<double> noise_ms_;          // its agreed standard error (ms); 0: unknown
+  std::vector<double> wait_ms_;           // its agreed median wait after backward (ms; not saved)
   std::vector<uint64_t> trial_steps_of_;  // per plan: steps its last measurement ran
-  std::vector<uint8_t> ruled_out_;        // per plan: ruled out by the model in the last trial
-  std::vector<size_t> trial_queue_;       // plans of the trial in progress (empty: none)
-  size_t trial_pos_ = 0;
-  size_t trial_steps_ = 0;                // steps the current trial plan has run
-  std::vector<double> samples_;           // its measured step times, ms (first layout)
-  std::vector<double> proposal_samples_;  // and those on its proposed layout
-  std::string trial_why_;
+  // per plan: ruled out in the last trial, by the exchange the model predicts (kByModel)
+  // or because it cannot beat the most faithful plan's step by the tie (kByWait)
+  static constexpr uint8_t kByModel = 1, kByWait = 2;
+  std::vector<uint8_t> ruled_out_;
+  PlanTrial trial_;                      // the trial in progress (inactive: none)
+  size_t turn_plan_ = PlanTrial::kNone;  // the trial's plan this step runs (kNone: none)
+  std::string verdict_;                  // how the last trial ended, for its decision
   uint64_t next_reprobe_ = 0;
+  uint64_t dense_steps_ = 0;  // options_.dense, 0 when every plan listed compresses
 
   std::vector<CodecDecision> decisions_;
   std::span<float> status_;    // carry_status(): the caller's words, every plan carries them

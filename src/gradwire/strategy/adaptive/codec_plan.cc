@@ -79,4 +79,107 @@ ChoiceNoise choice_noise(std::span<const CodecPlan> plans, std::span<const doubl
   return out;
 }
 
+TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size_t> running,
+                          std::span<const size_t> contenders, std::span<const double> step_ms,
+                          std::span<const double> standard_error_ms,
+                          std::span<const double> wait_ms, std::span<const double> predicted_ms,
+                          size_t samples, bool critical, const TrialLimits& limits) {
+  TrialVerdict out;
+  const size_t n = plans.size();
+  if (step_ms.size() < n || standard_error_ms.size() < n || wait_ms.size() < n ||
+      predicted_ms.size() < n) {
+    throw Error("settle_trial: a figure per plan expected");
+  }
+  const auto factor = [&](size_t p) { return plans[p].compresses ? 1 + limits.penalty : 1.0; };
+  std::vector<double> running_ms(n, 0.0);
+  for (size_t p : running) running_ms[p] = step_ms[p];
+  size_t leader = choose_plan(plans, running_ms, critical, limits.penalty, limits.tie);
+  if (leader >= n && running.size() == 1 && !(critical && plans[running[0]].compresses)) {
+    leader = running[0];  // the one plan left needs no measurement
+  }
+  out.choice = leader;
+  if (leader >= n) {  // nothing measured yet
+    out.finished = running.empty();
+    return out;
+  }
+  std::vector<size_t> undecided(contenders.begin(), contenders.end());
+  if (samples >= limits.min_samples) {
+    const double s_l = factor(leader) * step_ms[leader];
+    const double e_l = factor(leader) * standard_error_ms[leader];
+    for (size_t r : running) {
+      if (r == leader) continue;
+      if (!(step_ms[r] > 0) || (critical && plans[r].compresses)) {
+        out.leave.push_back(r);  // not a candidate now
+        continue;
+      }
+      const double gap = factor(r) * step_ms[r] - s_l;
+      const double e_r = factor(r) * standard_error_ms[r];
+      const double noise = 2 * std::sqrt(e_l * e_l + e_r * e_r);
+      const bool known = standard_error_ms[leader] > 0 && standard_error_ms[r] > 0;
+      if ((known && std::abs(gap) > noise) || std::abs(gap) <= limits.tie * s_l) {
+        out.leave.push_back(r);
+        continue;
+      }
+      const double ratio = known ? noise / gap : HUGE_VAL;
+      if (static_cast<double>(samples) * ratio * ratio > static_cast<double>(limits.max_samples)) {
+        out.leave.push_back(r);
+        out.unresolved.push_back(r);
+        undecided.push_back(r);
+      }
+    }
+  }
+  size_t staying = 0;
+  for (size_t r : running) {
+    if (std::find(out.leave.begin(), out.leave.end(), r) == out.leave.end()) ++staying;
+  }
+  out.finished = staying <= 1 || samples >= limits.max_samples;
+  if (!out.finished) return out;
+  if (samples >= limits.max_samples) {
+    for (size_t r : running) {
+      if (r != leader && std::find(out.leave.begin(), out.leave.end(), r) == out.leave.end() &&
+          step_ms[r] > 0 && !(critical && plans[r].compresses)) {
+        undecided.push_back(r);
+      }
+    }
+  }
+  if (undecided.empty()) return out;
+  // The cost model among the leader and the contenders, calibrated by the measured plans'
+  // waits: k, the least-squares slope of wait_ms over predicted_ms.
+  const double x_l = predicted_ms[leader];
+  if (!(x_l > 0)) return out;
+  double sx = 0, sw = 0, m = 0;
+  for (size_t q = 0; q < n; ++q) {
+    if (!(step_ms[q] > 0) || !(predicted_ms[q] > 0) || !(wait_ms[q] >= 0)) continue;
+    sx += predicted_ms[q];
+    sw += wait_ms[q];
+    ++m;
+  }
+  double sxx = 0, sxw = 0;
+  for (size_t q = 0; q < n; ++q) {
+    if (!(step_ms[q] > 0) || !(predicted_ms[q] > 0) || !(wait_ms[q] >= 0)) continue;
+    sxx += (predicted_ms[q] - sx / m) * (predicted_ms[q] - sx / m);
+    sxw += (predicted_ms[q] - sx / m) * (wait_ms[q] - sw / m);
+  }
+  if (m < 2 || !(sxx > 0)) return out;
+  const double k = std::max(0.0, sxw / sxx);
+  std::vector<double> predicted_step(n, 0.0);
+  predicted_step[leader] = step_ms[leader];
+  for (size_t r : undecided) {
+    if (!(predicted_ms[r] > 0)) return out;
+    predicted_step[r] = step_ms[leader] + k * (predicted_ms[r] - x_l);
+  }
+  out.contenders = undecided;
+  out.by_model = true;
+  const size_t model_choice =
+      choose_plan(plans, predicted_step, critical, limits.penalty, limits.tie);
+  if (model_choice < n) out.choice = model_choice;
+  return out;
+}
+
+bool cannot_beat(const CodecPlan& p, double step_ms, double wait_ms, double penalty, double tie) {
+  if (!(step_ms > 0) || !(wait_ms >= 0)) return false;
+  const double f = p.compresses ? 1 + penalty : 1.0;
+  return f * (step_ms - wait_ms) >= (1 - tie) * step_ms;
+}
+
 }  // namespace gradwire::strategy

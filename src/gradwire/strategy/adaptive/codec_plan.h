@@ -17,9 +17,10 @@ struct CodecPlan {
   std::string name;    // "fp16"
   std::string policy;  // its layer policy: "fp16", "powersgd:min_rate=2,rank=8"
   // True for plans that change what the optimizer sees beyond rounding (powersgd): they
-  // need fewer bytes but may need more steps, so auto charges them a penalty and never
-  // uses them in a critical regime. none, fp16, bf16 and int8 (block-wise, with error
-  // feedback) converge like fp32 in our measurements.
+  // need fewer bytes but may need more steps, so auto charges them a penalty and keeps
+  // them out of its dense start (and of critical regimes, with regimes=on). none, fp16,
+  // bf16 and int8 (block-wise, with error feedback) converge like fp32 in our
+  // measurements.
   bool compresses = false;
   // fit: `policy` is empty until auto builds it (per tensor, "@NAME=SPEC" items).
   bool per_bucket = false;
@@ -65,5 +66,64 @@ struct ChoiceNoise {
 ChoiceNoise choice_noise(std::span<const CodecPlan> plans, std::span<const double> step_ms,
                          std::span<const double> standard_error_ms, size_t chosen, bool critical,
                          double penalty, size_t trial);
+
+// One verdict of an interleaved trial (plan_trial.h), after a round, from the agreed
+// figures of the plans still running (`running`; `contenders`: those that left unresolved
+// in earlier rounds): step_ms and standard_error_ms per plan (0: not
+// measured), `samples` measured steps each. Nothing is decided before `min_samples`. Then,
+// with L = choose_plan() over the running plans and, for every other running plan r, the
+// gap s_r - s_L of their scores and its noise 2 sqrt((f_L e_L)^2 + (f_r e_r)^2):
+//   - |gap| > noise: resolved, r leaves the trial (a faster r the tie passed over too: the
+//     tie chose L);
+//   - |gap| <= tie x s_L: within the tie, where the choice costs at most the tie; r leaves;
+//   - else, when samples x (noise / gap)^2 (the steps a plan that would resolve it) exceeds
+//     `max_samples`: more trial steps cannot resolve it within the trial's budget; r
+//     leaves the trial as a contender that the cost model decides;
+//   - else r runs on.
+// The trial ends when only L runs on, or at `max_samples`, where the plans still running
+// become contenders. Among L and the contenders the choice is the cost model's, calibrated
+// by what the trial measured: with x_q the model's exchange per step (predicted_ms) and w_q
+// the time plan q's synchronize() waited after backward (wait_ms), k is the least-squares
+// slope of w over x across the measured plans (at least 0): the part of a predicted
+// exchange that shows in a step (about 1 where the link is as slow as the model's and
+// nothing hides it, below 1 where backward hides it or the link is faster than the
+// model's, above where it is slower; a slope, so that what every plan waits alike, such as
+// a codec's compute on a link that costs nothing, does not count), and
+//     step_p = step_L + k (x_p - x_L),
+// scored and tied as choose_plan() does. A contender with no prediction (0) leaves L the
+// choice, and so do measured plans whose predictions are all equal. Where k is 0 every
+// contender is predicted at L's step, and the tie gives the most faithful plan. Rounds that
+// end a trial early save the steps that would resolve a gap smaller
+// than the tie, or one the trial could not resolve anyway.
+struct TrialVerdict {
+  std::vector<size_t> leave;  // plans that leave the trial now (contenders among them)
+  bool finished = false;
+  size_t choice = 0;               // when finished: plans.size() when no plan is allowed
+  bool by_model = false;           // the choice was the cost model's among unresolved contenders
+  std::vector<size_t> unresolved;  // of `leave`: those leaving unresolved (contenders)
+  std::vector<size_t> contenders;  // when finished by the model: all of them, L not among
+};
+struct TrialLimits {
+  size_t min_samples = 5;
+  size_t max_samples = 20;
+  double penalty = 0.07;
+  double tie = kPlanTie;
+};
+TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size_t> running,
+                          std::span<const size_t> contenders, std::span<const double> step_ms,
+                          std::span<const double> standard_error_ms,
+                          std::span<const double> wait_ms, std::span<const double> predicted_ms,
+                          size_t samples, bool critical, const TrialLimits& limits);
+
+// Whether plan p can beat plan q by the tie at all, from q's measured step (step_ms) and the
+// time its synchronize() waited for the exchange after backward (wait_ms, what a codec can
+// save of q's step at most: it adds its own encoding and exposed exchange to the compute
+// the two share). p is out when
+//     f_p (step_ms - wait_ms) >= (1 - tie) step_ms,
+// i.e. wait_ms / step_ms <= (f_p - 1 + tie) / f_p (2% for a plan that does not compress,
+// about 8.4% for one charged the 0.07 penalty): on a fast link, where the exchange hides
+// under backward, no codec is worth a trial step.
+bool cannot_beat(const CodecPlan& p, double step_ms, double wait_ms, double penalty,
+                 double tie = kPlanTie);
 
 }  // namespace gradwire::strategy

@@ -7,7 +7,8 @@
 
 namespace gradwire::strategy {
 
-RegimeDetector::RegimeDetector(size_t window, double eta) : window_(window), eta_(eta) {
+RegimeDetector::RegimeDetector(size_t window, double eta, bool start_critical)
+    : window_(window), eta_(eta), critical_(start_critical) {
   if (window_ == 0) throw ConfigError("the regime detector's window must be at least one step");
   if (!(eta_ > 0)) throw ConfigError("the regime detector's eta must be positive");
 }

@@ -9,7 +9,9 @@
 //     window i+1 is critical  <=>  |N_{i-1} - N_i| / N_{i-1} >= eta      (eta = 0.5)
 //
 // Windows 0 and 1 are critical (training starts in one, and the first comparison needs two
-// windows); restart() (a learning-rate change) makes the detector start over. Accordion
+// windows) unless the detector is made with start_critical false (auto's, which has a dense
+// start of its own: adaptive_options.h); restart() (a learning-rate change) makes the
+// detector start over, critical. Accordion
 // compares epochs; a window of steps lets a library that does not know epochs do the same.
 //
 // Deterministic: the same trace of norms gives the same regimes on every rank.
@@ -25,7 +27,7 @@ namespace gradwire::strategy {
 class RegimeDetector {
  public:
   // Throws ConfigError unless window >= 1 and eta > 0.
-  RegimeDetector(size_t window, double eta);
+  RegimeDetector(size_t window, double eta, bool start_critical = true);
 
   // One step's gradient norm. Returns true when this step ended a window (critical() may
   // have changed).
