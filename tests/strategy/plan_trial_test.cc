@@ -14,6 +14,8 @@
 namespace gradwire::strategy {
 namespace {
 
+const std::vector<double> no_pending(4, 0.0);  // no plan has a layout still to time
+
 std::vector<CodecPlan> four_plans() {
   return {make_codec_plan("none", 8), make_codec_plan("fp16", 8), make_codec_plan("int8", 8),
           make_codec_plan("powersgd", 8)};
@@ -125,16 +127,16 @@ TEST(SettleTrialTest, NothingIsDecidedBeforeEveryPlanHasItsSamples) {
                             no_wait(4, 0.0);
   const TrialLimits limits{.min_samples = 5, .max_samples = 20, .penalty = 0.07};
   TrialVerdict v =
-      settle_trial(plans, running, {}, ms, noise, no_wait, predicted, 4, false, limits);
+      settle_trial(plans, running, {}, ms, noise, no_wait, no_pending, predicted, 4, false, limits);
   EXPECT_FALSE(v.finished);
   EXPECT_TRUE(v.leave.empty());
   // Nothing measured yet: not finished either.
-  v = settle_trial(plans, running, {}, std::vector<double>(4, 0.0), noise, no_wait, predicted, 0,
-                   false, limits);
+  v = settle_trial(plans, running, {}, std::vector<double>(4, 0.0), noise, no_wait, no_pending,
+                   predicted, 0, false, limits);
   EXPECT_FALSE(v.finished);
   // One plan left needs no measurement.
   v = settle_trial(plans, std::vector<size_t>{2}, {}, std::vector<double>(4, 0.0), noise, no_wait,
-                   predicted, 0, false, limits);
+                   no_pending, predicted, 0, false, limits);
   EXPECT_TRUE(v.finished);
   EXPECT_EQ(v.choice, 2u);
 }
@@ -150,20 +152,34 @@ TEST(SettleTrialTest, ResolvedLosersAndPlansWithinTheTieLeaveTheUnresolvedRunOn)
   // the leader.
   const std::vector<double> ms = {200, 101, 104, 100}, noise = {1, 1, 3, 1}, no_wait(4, 0.0);
   TrialVerdict v = settle_trial(plans, std::vector<size_t>{0, 1, 2, 3}, {}, ms, noise, no_wait,
-                                predicted, 5, false, limits);
+                                no_pending, predicted, 5, false, limits);
   EXPECT_EQ(v.leave, (std::vector<size_t>{0, 3}));
   EXPECT_TRUE(v.unresolved.empty());
   EXPECT_FALSE(v.finished);
+  // none's proposed layout is still to be timed and its model predicts it 110 ms faster
+  // (90 ms, below the tie of fp16's 101): none stays however its first layout did.
+  std::vector<double> pending(4, 0.0);
+  pending[0] = 90;
+  v = settle_trial(plans, std::vector<size_t>{0, 1, 2, 3}, {}, ms, noise, no_wait, pending,
+                   predicted, 5, false, limits);
+  EXPECT_EQ(v.leave, (std::vector<size_t>{3}));
+  // At 100 ms it could not beat fp16 by the tie: it leaves as before.
+  pending[0] = 100;
+  v = settle_trial(plans, std::vector<size_t>{0, 1, 2, 3}, {}, ms, noise, no_wait, pending,
+                   predicted, 5, false, limits);
+  EXPECT_EQ(v.leave, (std::vector<size_t>{0, 3}));
   // int8 at 102.5: within the tie of fp16's 101, where the choice costs at most the tie:
   // it leaves, and the trial ends on fp16.
   v = settle_trial(plans, std::vector<size_t>{1, 2}, {}, std::vector<double>{0, 101, 102.5, 0},
-                   std::vector<double>{0, 1, 3, 0}, no_wait, predicted, 6, false, limits);
+                   std::vector<double>{0, 1, 3, 0}, no_wait, no_pending, predicted, 6, false,
+                   limits);
   EXPECT_EQ(v.leave, (std::vector<size_t>{2}));
   EXPECT_TRUE(v.finished);
   EXPECT_EQ(v.choice, 1u);
   // Once int8 and powersgd are apart beyond their noise, the trial ends on the leader.
   v = settle_trial(plans, std::vector<size_t>{2, 3}, {}, std::vector<double>{0, 0, 100, 80},
-                   std::vector<double>{0, 0, 1, 1}, no_wait, predicted, 9, false, limits);
+                   std::vector<double>{0, 0, 1, 1}, no_wait, no_pending, predicted, 9, false,
+                   limits);
   EXPECT_TRUE(v.finished);
   EXPECT_EQ(v.choice, 3u);
   EXPECT_FALSE(v.by_model);
@@ -179,8 +195,8 @@ TEST(SettleTrialTest, AGapTheBudgetCannotResolveIsTheCostModelsToDecide) {
   // PowerSGD's step 520 + k (8 - 60) = 472.3, scored 505.4 against int8's 520: PowerSGD.
   const std::vector<double> ms = {0, 0, 520, 500}, noise = {0, 0, 15, 15},
                             predicted = {240, 120, 60, 8}, wait = {0, 0, 55, 9};
-  TrialVerdict v = settle_trial(plans, std::vector<size_t>{2, 3}, {}, ms, noise, wait, predicted, 5,
-                                false, limits);
+  TrialVerdict v = settle_trial(plans, std::vector<size_t>{2, 3}, {}, ms, noise, wait, no_pending,
+                                predicted, 5, false, limits);
   EXPECT_TRUE(v.finished);
   EXPECT_TRUE(v.by_model);
   EXPECT_EQ(v.choice, 3u);
@@ -190,24 +206,24 @@ TEST(SettleTrialTest, AGapTheBudgetCannotResolveIsTheCostModelsToDecide) {
   // exchange saves 4.3 ms of a step, not its 7% penalty: int8 stays. (A model whose link
   // is faster or slower than the real one is corrected the same way.)
   v = settle_trial(plans, std::vector<size_t>{2, 3}, {}, ms, noise, std::vector<double>{0, 0, 5, 1},
-                   predicted, 5, false, limits);
+                   no_pending, predicted, 5, false, limits);
   EXPECT_TRUE(v.by_model);
   EXPECT_EQ(v.choice, 2u);
   // With no prediction for a contender the trial's leader stays.
-  v = settle_trial(plans, std::vector<size_t>{2, 3}, {}, ms, noise, wait,
+  v = settle_trial(plans, std::vector<size_t>{2, 3}, {}, ms, noise, wait, no_pending,
                    std::vector<double>{240, 120, 60, 0}, 5, false, limits);
   EXPECT_TRUE(v.finished);
   EXPECT_FALSE(v.by_model);
   EXPECT_EQ(v.choice, 2u);
   // At the budget, what still runs unresolved is a contender too.
   v = settle_trial(plans, std::vector<size_t>{2, 3}, {}, ms, std::vector<double>{0, 0, 6, 6}, wait,
-                   predicted, 20, false, limits);
+                   no_pending, predicted, 20, false, limits);
   EXPECT_TRUE(v.finished);
   EXPECT_TRUE(v.by_model);
   EXPECT_EQ(v.choice, 3u);
   // In a critical regime (regimes=on) PowerSGD is no candidate: it leaves, int8 stays.
-  v = settle_trial(plans, std::vector<size_t>{2, 3}, {}, ms, noise, wait, predicted, 5, true,
-                   limits);
+  v = settle_trial(plans, std::vector<size_t>{2, 3}, {}, ms, noise, wait, no_pending, predicted, 5,
+                   true, limits);
   EXPECT_TRUE(v.finished);
   EXPECT_EQ(v.choice, 2u);
 }

@@ -280,6 +280,25 @@ TEST(DistributedOptimizerTest, AutoUnderAdamRunsPowerSgdAtTheRankThatConverges) 
                              {.compressor = "auto:rank=4"});
     EXPECT_EQ(rank_of(opt.codec_spec()), "rank=4") << opt.codec_spec();
   }
+  // The penalty under Adam's family is kPerCoordinatePenalty (0: rank 16 needed no more
+  // steps than fp32 on gpt), unless given; under SGD the default (the CNNs').
+  const auto penalty_of = [](const std::string& spec) {
+    const auto at = spec.find("penalty=");
+    return spec.substr(at, spec.find(',', at) - at);
+  };
+  {
+    DistributedOptimizer opt(solo_context(), torch::optim::AdamW(net.parameters()), net);
+    EXPECT_EQ(penalty_of(opt.codec_spec()), "penalty=0") << opt.codec_spec();
+  }
+  {
+    DistributedOptimizer opt(solo_context(), torch::optim::AdamW(net.parameters()), net,
+                             {.compressor = "auto:penalty=0.2"});
+    EXPECT_EQ(penalty_of(opt.codec_spec()), "penalty=0.2") << opt.codec_spec();
+  }
+  {
+    DistributedOptimizer opt(solo_context(), torch::optim::SGD(net.parameters(), 0.1), net);
+    EXPECT_EQ(penalty_of(opt.codec_spec()), "penalty=0.096") << opt.codec_spec();
+  }
 }
 
 double sgd_momentum(DistributedOptimizer& opt) {
@@ -339,7 +358,7 @@ TEST(DistributedOptimizerTest, AutoReportsItsDecisionsAndLeavesMomentumAlone) {
       torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)), *net,
       {.compressor = "auto:trial=1"});
   EXPECT_EQ(opt.codec_spec(),
-            "auto:dense=2,eta=0.5,penalty=0.07,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
+            "auto:dense=2,eta=0.5,penalty=0.096,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
             "regimes=off,reprobe=2000,trial=1,trial_max=20,window=50");
   EXPECT_DOUBLE_EQ(sgd_momentum(opt), 0.9);  // no plan needs momentum correction
   train(

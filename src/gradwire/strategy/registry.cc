@@ -4,6 +4,7 @@
 
 #include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
+#include "gradwire/core/number_text.h"
 #include "gradwire/core/spec.h"
 #include "gradwire/strategy/adaptive/adaptive_strategy.h"
 #include "gradwire/strategy/allreduce/allreduce_strategy.h"
@@ -23,8 +24,11 @@ bool is_adaptive_codec(const std::string& codec) { return AdaptiveOptions::match
 std::string codec_for_per_coordinate_optimizer(const std::string& codec) {
   if (!is_adaptive_codec(codec)) return codec;
   Spec spec = Spec::parse(codec);
-  if (spec.name != "auto" || spec.params.count("plans") || spec.params.count("rank")) return codec;
-  spec.params["rank"] = std::to_string(kPerCoordinateRank);
+  if (spec.name != "auto") return codec;
+  if (!spec.params.count("plans") && !spec.params.count("rank")) {
+    spec.params["rank"] = std::to_string(kPerCoordinateRank);
+  }
+  if (!spec.params.count("penalty")) spec.params["penalty"] = format_parameter(kPerCoordinatePenalty);
   return spec.to_string();
 }
 

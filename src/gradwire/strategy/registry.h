@@ -30,13 +30,16 @@ std::vector<std::string> strategy_names();
 std::string codec_or_default(const std::string& codec, const std::string& strategy);
 
 // The codec for a job whose optimizer scales each coordinate by statistics of its own
-// gradient (Adam, AdamW, RMSprop, Adagrad): `codec` itself, except plain `auto` (no plans
-// or rank given), whose PowerSGD plan then runs at kPerCoordinateRank. Error feedback
-// assumes the optimizer is linear in the gradient; under Adam a residual fed back later
-// makes step sizes of its own. On gpt with AdamW (3 seeds, docs/results/gpt-adamw-codecs)
-// rank 4 ended 15-19% above none's validation loss, rank 16 0-2% above, as fp16 and int8
-// did (-1 to +1%).
+// gradient (Adam, AdamW, RMSprop, Adagrad): `codec` itself, except `auto`: plain auto (no
+// plans or rank given) runs its PowerSGD plan at kPerCoordinateRank, and auto with no
+// penalty given charges kPerCoordinatePenalty. Error feedback assumes the optimizer is
+// linear in the gradient; under Adam a residual fed back later makes step sizes of its
+// own. On gpt with AdamW (3 seeds, docs/results/gpt-adamw-codecs) rank 4 ended 15-19%
+// above none's validation loss, rank 16 0-2% above, as fp16 and int8 did (-1 to +1%).
+// The penalty: rank 16 after 2 dense steps needed 0.978x fp32's steps to gpt's targets
+// (docs/results/auto-penalty, issue 62); a penalty is not a reward, so 0.
 inline constexpr int kPerCoordinateRank = 16;
+inline constexpr double kPerCoordinatePenalty = 0;
 std::string codec_for_per_coordinate_optimizer(const std::string& codec);
 
 // True for the adaptive codecs (auto, accordion: strategy/adaptive/adaptive_strategy.h),

@@ -21,12 +21,13 @@ struct AdaptiveOptions {
   int rank = 8;
   static constexpr int kAccordionRank = 2;
   // auto: score factor of plans that compress, the steps to a target they cost beyond
-  // fp32's. 0.07: PowerSGD as auto runs it (rank 8 on the CNNs, 16 under AdamW on gpt,
-  // from step 100, auto's first out of its critical windows) needed 1.127x fp32's steps on
-  // cnn, 1.011x on cnn-wide and 1.044x on gpt (3 tuning seeds, 3 targets each); auto does
-  // not know the model, and the midpoint of 0.011 and 0.127 bounds the time a wrong choice
-  // loses on any of them by about 5.5%. docs/results/auto-penalty, issue 46.
-  double penalty = 0.07;
+  // fp32's. Measured (docs/results/auto-penalty, issue 62: 3 tuning seeds, 3 targets each,
+  // PowerSGD as auto runs it, dense for its first 2 steps): 1.122x fp32's steps on cnn and
+  // 1.070x on cnn-wide under SGD, 0.978x on gpt under AdamW (rank 16). auto knows the
+  // optimizer, not the model: under SGD and for an optimizer it is not told, the midpoint
+  // of the two CNNs' (0.096) misjudges a plan's time to the target by at most 2.4% on
+  // either; under Adam's family kPerCoordinatePenalty (registry.h).
+  double penalty = 0.096;
   // auto: measured steps a plan runs in a trial before a verdict on it (after one warm-up
   // step), and at most (its budget: trial_max)
   size_t trial = 5;
@@ -42,7 +43,7 @@ struct AdaptiveOptions {
   double eta = 0.5;       // relative change of the gradient norm that makes a regime critical
   size_t reprobe = 2000;  // auto: steps between measurements (0: only when a regime asks)
   double prune = 2;       // auto: rule out plans predicted slower than this x the best step
-  std::string canonical;  // every key spelled out, e.g. "auto:eta=0.5,penalty=0.07,..."
+  std::string canonical;  // every key spelled out, e.g. "auto:eta=0.5,penalty=0.096,..."
 
   // True for specs named auto or accordion.
   static bool matches(const std::string& text);

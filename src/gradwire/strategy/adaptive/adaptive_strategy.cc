@@ -342,9 +342,19 @@ bool AdaptiveStrategy::settle_round() {
       trial_.leave(p, false);
     }
   }
+  // A plan comparing its proposed layout, not yet timed on it: its figure less the saving
+  // the layout's model predicts (agreed inputs), what it could show on the proposal.
+  std::vector<double> optimistic(options_.plans.size(), 0.0);
+  for (size_t p : trial_.running()) {
+    if (plans_[p] && plans_[p]->layout_comparing() && !figures[p].by_proposal &&
+        figures[p].step_ms > 0) {
+      optimistic[p] =
+          std::max(1e-3, figures[p].step_ms - 1e3 * plans_[p]->layout_predicted_saving_s());
+    }
+  }
   TrialVerdict verdict =
       settle_trial(options_.plans, trial_.running(), trial_.contenders(), candidates(), noise_ms_,
-                   wait_ms_, predicted_ms_, trial_.fewest_samples(), critical_,
+                   wait_ms_, optimistic, predicted_ms_, trial_.fewest_samples(), critical_,
                    {.min_samples = options_.trial,
                     .max_samples = options_.trial_max,
                     .penalty = options_.penalty,

@@ -1,7 +1,7 @@
 // Adaptive codecs for the allreduce strategy: the codec changes over training, the same on
 // every rank at the same step (ALGORITHMS.md 9).
 //
-//   auto[:plans=none/fp16/int8/powersgd,rank=8,penalty=0.07,dense=2,trial=5,trial_max=20,
+//   auto[:plans=none/fp16/int8/powersgd,rank=8,penalty=0.096,dense=2,trial=5,trial_max=20,
 //         regimes=off,window=50,eta=0.5,reprobe=2000,prune=2]
 //     Measures, then picks. A trial interleaves its plans' steps, one each in turn
 //     (plan_trial.h); a step's time is the wall time between two synchronize() returns

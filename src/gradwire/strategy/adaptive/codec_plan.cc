@@ -82,12 +82,13 @@ ChoiceNoise choice_noise(std::span<const CodecPlan> plans, std::span<const doubl
 TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size_t> running,
                           std::span<const size_t> contenders, std::span<const double> step_ms,
                           std::span<const double> standard_error_ms,
-                          std::span<const double> wait_ms, std::span<const double> predicted_ms,
-                          size_t samples, bool critical, const TrialLimits& limits) {
+                          std::span<const double> wait_ms, std::span<const double> optimistic_ms,
+                          std::span<const double> predicted_ms, size_t samples, bool critical,
+                          const TrialLimits& limits) {
   TrialVerdict out;
   const size_t n = plans.size();
   if (step_ms.size() < n || standard_error_ms.size() < n || wait_ms.size() < n ||
-      predicted_ms.size() < n) {
+      optimistic_ms.size() < n || predicted_ms.size() < n) {
     throw Error("settle_trial: a figure per plan expected");
   }
   const auto factor = [&](size_t p) { return plans[p].compresses ? 1 + limits.penalty : 1.0; };
@@ -112,6 +113,8 @@ TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size
         out.leave.push_back(r);  // not a candidate now
         continue;
       }
+      // A plan whose proposed layout is still to be timed and could win on it stays.
+      if (optimistic_ms[r] > 0 && factor(r) * optimistic_ms[r] < (1 - limits.tie) * s_l) continue;
       const double gap = factor(r) * step_ms[r] - s_l;
       const double e_r = factor(r) * standard_error_ms[r];
       const double noise = 2 * std::sqrt(e_l * e_l + e_r * e_r);
@@ -161,7 +164,7 @@ TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size
     sxw += (predicted_ms[q] - sx / m) * (wait_ms[q] - sw / m);
   }
   if (m < 2 || !(sxx > 0)) return out;
-  const double k = std::max(0.0, sxw / sxx);
+  const double k = std::clamp(sxw / sxx, 0.0, 1.0);
   std::vector<double> predicted_step(n, 0.0);
   predicted_step[leader] = step_ms[leader];
   for (size_t r : undecided) {

@@ -80,15 +80,20 @@ ChoiceNoise choice_noise(std::span<const CodecPlan> plans, std::span<const doubl
 //     `max_samples`: more trial steps cannot resolve it within the trial's budget; r
 //     leaves the trial as a contender that the cost model decides;
 //   - else r runs on.
+// Except that r runs on, whatever the verdict, while its proposed bucket layout is still to
+// be timed and could win on it: optimistic_ms, its figure less the saving the layout's
+// model predicts (0: nothing pending), scores below the tie of L's.
 // The trial ends when only L runs on, or at `max_samples`, where the plans still running
 // become contenders. Among L and the contenders the choice is the cost model's, calibrated
 // by what the trial measured: with x_q the model's exchange per step (predicted_ms) and w_q
 // the time plan q's synchronize() waited after backward (wait_ms), k is the least-squares
-// slope of w over x across the measured plans (at least 0): the part of a predicted
+// slope of w over x across the measured plans, within [0, 1]: the part of a predicted
 // exchange that shows in a step (about 1 where the link is as slow as the model's and
 // nothing hides it, below 1 where backward hides it or the link is faster than the
-// model's, above where it is slower; a slope, so that what every plan waits alike, such as
-// a codec's compute on a link that costs nothing, does not count), and
+// model's; a slope, so that what every plan waits alike, such as a codec's compute on a
+// link that costs nothing, does not count; at most 1, so that a noisy slope between close
+// predictions only shrinks the model's differences, towards the tie and the faithful
+// plan), and
 //     step_p = step_L + k (x_p - x_L),
 // scored and tied as choose_plan() does. A contender with no prediction (0) leaves L the
 // choice, and so do measured plans whose predictions are all equal. Where k is 0 every
@@ -106,14 +111,15 @@ struct TrialVerdict {
 struct TrialLimits {
   size_t min_samples = 5;
   size_t max_samples = 20;
-  double penalty = 0.07;
+  double penalty = 0.096;
   double tie = kPlanTie;
 };
 TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size_t> running,
                           std::span<const size_t> contenders, std::span<const double> step_ms,
                           std::span<const double> standard_error_ms,
-                          std::span<const double> wait_ms, std::span<const double> predicted_ms,
-                          size_t samples, bool critical, const TrialLimits& limits);
+                          std::span<const double> wait_ms, std::span<const double> optimistic_ms,
+                          std::span<const double> predicted_ms, size_t samples, bool critical,
+                          const TrialLimits& limits);
 
 // Whether plan p can beat plan q by the tie at all, from q's measured step (step_ms) and the
 // time its synchronize() waited for the exchange after backward (wait_ms, what a codec can
@@ -121,7 +127,7 @@ TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size
 // the two share). p is out when
 //     f_p (step_ms - wait_ms) >= (1 - tie) step_ms,
 // i.e. wait_ms / step_ms <= (f_p - 1 + tie) / f_p (2% for a plan that does not compress,
-// about 8.4% for one charged the 0.07 penalty): on a fast link, where the exchange hides
+// about 10.6% for one charged the 0.096 penalty): on a fast link, where the exchange hides
 // under backward, no codec is worth a trial step.
 bool cannot_beat(const CodecPlan& p, double step_ms, double wait_ms, double penalty,
                  double tie = kPlanTie);
