@@ -590,6 +590,53 @@ TEST(AutoTest, TheModelRulesOutAPlanWhoseExchangeAloneExceedsTwiceTheBestStep) {
   }
 }
 
+TEST(AutoTest, TheCallersStatusIsCarriedOrExchangedWhicheverPlanRuns) {
+  // fp16 on the reduce-scatter cannot carry the caller's status words on its collectives,
+  // none can: auto takes them either way (no collective of the caller's per step), and
+  // every step leaves in them the OR over the ranks, whichever plan ran it.
+  std::vector<std::vector<std::string>> plans(2);
+  std::vector<std::vector<std::vector<float>>> seen(2);
+  comm::run_local_ranks(2, 20s, [&](comm::Collectives& c) {
+    const int rank = c.rank();
+    const auto tensors = fc_tensors(8, 8);
+    std::vector<std::vector<float>> params, grads;
+    FloatSpans param_spans, grad_spans;
+    for (const auto& t : tensors) {
+      params.emplace_back(t.numel(), 0.5f);
+      grads.emplace_back(t.numel(), 1.0f);
+    }
+    for (size_t t = 0; t < tensors.size(); ++t) {
+      param_spans.emplace_back(params[t]);
+      grad_spans.emplace_back(grads[t]);
+    }
+    auto strategy = create_allreduce_strategy(
+        c, {.codec = "auto:plans=none/fp16,trial=1", .quantized_path = "reduce-scatter"});
+    auto* adaptive = dynamic_cast<AdaptiveStrategy*>(strategy.get());
+    strategy->start(tensors, param_spans);
+    std::vector<float> status(3, 0.0f);
+    ASSERT_TRUE(strategy->carry_status(status));
+    for (int s = 0; s < 8; ++s) {
+      // Rank 1 sets word 1 on even steps, rank 0 word 2 on odd ones.
+      std::fill(status.begin(), status.end(), 0.0f);
+      if (rank == 1 && s % 2 == 0) status[1] = 1.0f;
+      if (rank == 0 && s % 2 == 1) status[2] = 1.0f;
+      plans[rank].push_back(adaptive->active_plan().name);
+      strategy->synchronize(grad_spans);
+      seen[rank].push_back(status);
+    }
+  });
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_NE(std::find(plans[r].begin(), plans[r].end(), "fp16"), plans[r].end());
+    EXPECT_NE(std::find(plans[r].begin(), plans[r].end(), "none"), plans[r].end());
+    for (int s = 0; s < 8; ++s) {
+      const std::vector<float> expected =
+          s % 2 == 0 ? std::vector<float>{0, 1, 0} : std::vector<float>{0, 0, 1};
+      EXPECT_EQ(seen[r][s], expected)
+          << "rank " << r << " step " << s << " (" << plans[r][s] << ")";
+    }
+  }
+}
+
 TEST(AutoTest, Int8IsLeftOutBeyond127RanksOnlyOnItsRing) {
   // int8's ring sums the ranks' levels in int8: at 128 ranks it has none. Forced onto the
   // ring, auto goes on without it instead of failing (the first decision comes after fp16

@@ -177,6 +177,7 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   if (fit_ != kNoPlan) {  // the checkpoint's fit replaces whatever this process built
     predicted_ms_[fit_] =
         fit_plan ? 1e3 * fit_plan->predicted_exchange_seconds(base_.link).value_or(0.0) : 0.0;
+    if (fit_plan && !status_.empty()) carries_[fit_] = fit_plan->carry_status(status_) ? 1 : 0;
     plans_[fit_] = std::move(fit_plan);
     options_.plans[fit_].policy = fit_policy;
     ready_samples_.assign(tensors_.size(), {});

@@ -116,8 +116,9 @@ void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
 
 void AdaptiveStrategy::gradient_ready(size_t index, std::span<float> grad) {
   if (plans_.empty() || index >= grad_sq_.size()) return;
-  // Before the plan may exchange it in place (each index is reported once per step).
-  grad_sq_[index] = squared_norm(grad);
+  // Before the plan may exchange it in place (each index is reported once per step); the
+  // detector's input, a pass over the gradient on autograd's thread: only when it is used.
+  if (uses_regimes()) grad_sq_[index] = squared_norm(grad);
   grad_seen_[index] = 1;
   ready_at_[index] = Clock::now();
   plans_[active_]->gradient_ready(index, grad);
@@ -181,7 +182,7 @@ void AdaptiveStrategy::synchronize(const FloatSpans& grads) {
   }
   if (grads.size() == grad_sq_.size()) {
     for (size_t k = 0; k < grads.size(); ++k) {
-      if (!grad_seen_[k]) grad_sq_[k] = squared_norm(grads[k]);
+      if (!grad_seen_[k] && uses_regimes()) grad_sq_[k] = squared_norm(grads[k]);
       grad_seen_[k] = 0;
     }
   }  // else the plan's synchronize() throws, naming the mismatch
@@ -191,6 +192,7 @@ void AdaptiveStrategy::synchronize(const FloatSpans& grads) {
   const auto exchange_start = Clock::now();
   plans_[active_]->synchronize(grads);
   local_failure_ = plans_[active_]->take_local_failure();
+  if (!status_.empty() && !carries_[active_]) exchange_status();
   const auto now = Clock::now();
   const double wait_ms = std::chrono::duration<double, std::milli>(now - exchange_start).count();
   const double step_ms =
@@ -480,13 +482,22 @@ void AdaptiveStrategy::report_noise(size_t plan, std::string& reason, std::strin
 }
 
 bool AdaptiveStrategy::carry_status(std::span<float> status) {
-  // Every plan carries it, or none is relied on (a plan that carried it anyway only ORs
-  // the words once more: the same result).
-  for (auto& plan : plans_) {
-    if (plan && !plan->carry_status(status)) return false;
+  // Each plan that can carries them; for the others synchronize() exchanges them itself,
+  // after the plan's exchange, as the caller would (fp16 on the reduce-scatter cannot: its
+  // steps would otherwise cost every plan's steps a collective of the caller's).
+  if (status.empty()) return false;
+  carries_.assign(plans_.size(), 0);
+  for (size_t p = 0; p < plans_.size(); ++p) {
+    if (plans_[p]) carries_[p] = plans_[p]->carry_status(status) ? 1 : 0;
   }
   status_ = status;
   return true;
+}
+
+void AdaptiveStrategy::exchange_status() {
+  for (float& word : status_) word = word != 0.0f ? 1.0f : 0.0f;
+  if (!local_failure_.empty()) status_[0] = 1.0f;  // the failure word
+  if (collectives_.size() > 1) collectives_.allreduce_max(status_.data(), status_.size());
 }
 
 std::string AdaptiveStrategy::bucket_layout_summary() const {
@@ -503,10 +514,7 @@ AllreduceOptions AdaptiveStrategy::plan_options(const std::string& policy) const
 void AdaptiveStrategy::start_fit_plan(const std::string& policy) {
   auto plan = std::make_unique<AllreduceStrategy>(collectives_, plan_options(policy));
   plan->start(tensors_, params_);
-  // fit's buckets use the uniform plans' codecs, each of which carries a status.
-  if (!status_.empty() && !plan->carry_status(status_)) {
-    throw Error("plan fit '" + policy + "' cannot carry the exchange status");
-  }
+  if (!status_.empty()) carries_[fit_] = plan->carry_status(status_) ? 1 : 0;
   predicted_ms_[fit_] = 1e3 * plan->predicted_exchange_seconds(base_.link).value_or(0.0);
   plans_[fit_] = std::move(plan);
   options_.plans[fit_].policy = policy;

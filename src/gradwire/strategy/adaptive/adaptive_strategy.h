@@ -94,7 +94,8 @@ class AdaptiveStrategy : public Strategy {
   void synchronize(const FloatSpans& grads) override;
   TrafficStats traffic() const override;
   void set_learning_rate(double lr) override;
-  // Every plan carries it (fit too, when it is built).
+  // Always (for a non-empty status): each plan that can carries it (fit too, when it is
+  // built), and synchronize() exchanges it after the others' steps.
   bool carry_status(std::span<float> status) override;
   std::string take_local_failure() override { return std::exchange(local_failure_, {}); }
   // Held by the plan active when the state was held (a switch may follow the step).
@@ -204,9 +205,11 @@ class AdaptiveStrategy : public Strategy {
   uint64_t dense_steps_ = 0;  // options_.dense, 0 when every plan listed compresses
 
   std::vector<CodecDecision> decisions_;
-  std::span<float> status_;    // carry_status(): the caller's words, every plan carries them
-  std::string local_failure_;  // the active plan's, of the last synchronize()
-  size_t held_plan_ = 0;       // the plan that holds codec states (hold_codec_state)
+  std::span<float> status_;       // carry_status(): the caller's words
+  std::vector<uint8_t> carries_;  // per plan: it carries them (else exchange_status())
+  void exchange_status();         // the caller's status words' OR over the ranks
+  std::string local_failure_;     // the active plan's, of the last synchronize()
+  size_t held_plan_ = 0;          // the plan that holds codec states (hold_codec_state)
 };
 
 }  // namespace gradwire::strategy
