@@ -701,19 +701,17 @@ TEST(AutoTest, FitKeepsTheTensorBackwardHidesExactAndCompressesTheExposedOne) {
   }
 }
 
-TEST(AutoTest, APlanCountsByTheBucketsItsLayoutProposesOnceTheyAreMeasured) {
+TEST(AutoTest, APlainLoserLeavesTheTrialAfterThreeStepsOfItsOwn) {
   // Two 256 x 256 weights (256 KiB each in fp32: one first bucket of 512 KiB) over a
-  // simulated 1.25 MB/s link; backward reports b.weight 250 ms before a.weight. Each plan's
-  // measured layout (after its warm-up and 5 timed steps of its own) proposes a bucket of
-  // b's own, whose exchange (fp16 105 ms, none 210 ms) hides under the 250 ms, and takes
-  // turns with the first layout on the plan's own steps: its 7th, 9th, 11th (fp16 runs
-  // steps 0, 2, 4, ...: steps 12, 16, 20 on the proposal). With trial=10 (and the budget at
-  // 10) the trial settles after 11 rounds, at step 22, when each proposal has 3 samples:
-  // fp16 counts by its proposal (250 + 105 ms), about 105 ms a step faster (b's exchange
-  // hidden) than its first layout (250 + 210 ms), and is chosen.
+  // simulated 1.25 MB/s link; backward reports b.weight 250 ms before a.weight. On their
+  // first layouts a step of none takes about 250 + 2 x 210 ms, fp16's 250 + 2 x 105: none
+  // is slower by far more than twice the noise, and leaves the trial once each plan has 3
+  // steps after its warm-up (round 4, step 8), before `trial` (5) and before its own
+  // layout could propose anything (after its 6th step). fp16, alone, is chosen then; a
+  // loaded machine may take the full verdict (step 12) or a round more.
   RunSettings settings;
-  settings.codec = "auto:window=100,trial=10,trial_max=10,plans=none/fp16";
-  settings.steps = 23;
+  settings.codec = "auto:window=100,trial=5,plans=none/fp16";
+  settings.steps = 16;
   settings.tensors = {{"a.weight", {256, 256}, LayerKind::kFcWeight},
                       {"b.weight", {256, 256}, LayerKind::kFcWeight}};
   settings.bytes_per_s = 1.25e6;
@@ -723,25 +721,19 @@ TEST(AutoTest, APlanCountsByTheBucketsItsLayoutProposesOnceTheyAreMeasured) {
   std::vector<std::vector<float>> inputs;
   const auto runs = run_ranks(2, settings, &inputs);
   for (int r = 0; r < 2; ++r) {
-    std::vector<std::string> expected;
-    for (int s = 0; s < 22; ++s) expected.push_back(s % 2 ? "none" : "fp16");
-    expected.push_back("fp16");
-    EXPECT_EQ(runs[r].plan_per_step, expected) << "rank " << r;
     ASSERT_EQ(runs[r].decisions.size(), 1u) << "rank " << r;
     const std::string& reason = runs[r].reasons[0];
-    EXPECT_EQ(runs[r].decisions[0].first, 22u) << reason;
+    const size_t decided = runs[r].decisions[0].first;
     EXPECT_EQ(runs[r].decisions[0].second, "fp16") << reason;
+    EXPECT_GE(decided, 8u) << reason;
+    EXPECT_LE(decided, 14u) << reason;
+    for (size_t s = 0; s < runs[r].plan_per_step.size(); ++s) {
+      const std::string expected = s >= decided ? "fp16" : s % 2 ? "none" : "fp16";
+      EXPECT_EQ(runs[r].plan_per_step[s], expected) << "rank " << r << " step " << s;
+    }
     EXPECT_NE(reason.find("standard error ms: none "), std::string::npos) << reason;
     EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
     EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
-    // fp16's figure against this rank's own step times on its first layout (its own steps
-    // 1-5, 7, 9: steps 2-10, 14, 18): below their median, so it is the proposal's.
-    const auto at = reason.find(" fp16 ");  // "ms/step measured: none X fp16 Y; ..."
-    ASSERT_NE(at, std::string::npos) << reason;
-    std::vector<double> first;
-    for (int s : {2, 4, 6, 8, 10, 14, 18}) first.push_back(runs[r].step_ms[s]);
-    std::nth_element(first.begin(), first.begin() + 3, first.end());
-    EXPECT_LT(std::stod(reason.substr(at + 6)), first[3] - 0.5) << reason;
     // Step 0 (fp16): b.weight's aggregate is the mean of the ranks' inputs, to fp16's
     // rounding.
     ASSERT_EQ(runs[r].first_aggregate.size(), inputs[0].size());

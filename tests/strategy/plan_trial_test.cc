@@ -126,8 +126,10 @@ TEST(SettleTrialTest, NothingIsDecidedBeforeEveryPlanHasItsSamples) {
   const std::vector<double> ms = {200, 150, 100, 0}, noise = {1, 1, 1, 0}, predicted(4, 0.0),
                             no_wait(4, 0.0);
   const TrialLimits limits{.min_samples = 5, .max_samples = 20, .penalty = 0.07};
+  // 2 samples: below kEarlySamples, nobody leaves (at 3 none, 100 ms slower than int8
+  // beyond twice the noise, would).
   TrialVerdict v =
-      settle_trial(plans, running, {}, ms, noise, no_wait, no_pending, predicted, 4, false, limits);
+      settle_trial(plans, running, {}, ms, noise, no_wait, no_pending, predicted, 2, false, limits);
   EXPECT_FALSE(v.finished);
   EXPECT_TRUE(v.leave.empty());
   // Nothing measured yet: not finished either.
@@ -183,6 +185,34 @@ TEST(SettleTrialTest, ResolvedLosersAndPlansWithinTheTieLeaveTheUnresolvedRunOn)
   EXPECT_TRUE(v.finished);
   EXPECT_EQ(v.choice, 3u);
   EXPECT_FALSE(v.by_model);
+}
+
+TEST(SettleTrialTest, APlainLoserLeavesEarlyAndALayoutPendingOnBothSidesIsWeighedAlike) {
+  const auto plans = four_plans();
+  const TrialLimits limits{.min_samples = 5, .max_samples = 20, .penalty = 0.07};
+  const std::vector<double> predicted(4, 0.0), no_wait(4, 0.0);
+  // cnn-wide at 10 Gbit: none 134 +- 2, fp16 161 +- 3 (gap 27, noise 7.2: beyond twice
+  // it), int8 140 +- 3 (gap 6, within twice the noise). At 3 samples fp16 leaves, int8
+  // waits for the full verdict; at 2 samples nothing moves.
+  const std::vector<double> ms = {134, 161, 140, 0}, noise = {2, 3, 3, 0};
+  TrialVerdict v = settle_trial(plans, std::vector<size_t>{0, 1, 2}, {}, ms, noise, no_wait,
+                                no_pending, predicted, 3, false, limits);
+  EXPECT_EQ(v.leave, (std::vector<size_t>{1}));
+  EXPECT_FALSE(v.finished);
+  v = settle_trial(plans, std::vector<size_t>{0, 1, 2}, {}, ms, noise, no_wait, no_pending,
+                   predicted, 2, false, limits);
+  EXPECT_TRUE(v.leave.empty());
+  // fp16's proposal is pending, predicted to save 30 ms (131, within the tie of none's
+  // 134 it would stay); none's is pending too, predicted to save 40 (94): fp16 leaves.
+  std::vector<double> pending(4, 0.0);
+  pending[1] = 131;
+  v = settle_trial(plans, std::vector<size_t>{0, 1, 2}, {}, ms, noise, no_wait, pending, predicted,
+                   3, false, limits);
+  EXPECT_TRUE(v.leave.empty());
+  pending[0] = 94;
+  v = settle_trial(plans, std::vector<size_t>{0, 1, 2}, {}, ms, noise, no_wait, pending, predicted,
+                   3, false, limits);
+  EXPECT_EQ(v.leave, (std::vector<size_t>{1}));
 }
 
 TEST(SettleTrialTest, AGapTheBudgetCannotResolveIsTheCostModelsToDecide) {

@@ -104,21 +104,33 @@ TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size
     return out;
   }
   std::vector<size_t> undecided(contenders.begin(), contenders.end());
-  if (samples >= limits.min_samples) {
+  const bool full = samples >= limits.min_samples;
+  if (full || samples >= std::min<size_t>(kEarlySamples, limits.min_samples)) {
     const double s_l = factor(leader) * step_ms[leader];
     const double e_l = factor(leader) * standard_error_ms[leader];
+    // The leader as its own proposed layout might show it (optimistic_ms), for the plans
+    // that stay for theirs.
+    const double s_l_best =
+        factor(leader) * (optimistic_ms[leader] > 0 ? optimistic_ms[leader] : step_ms[leader]);
     for (size_t r : running) {
       if (r == leader) continue;
       if (!(step_ms[r] > 0) || (critical && plans[r].compresses)) {
-        out.leave.push_back(r);  // not a candidate now
+        if (full) out.leave.push_back(r);  // not a candidate now
         continue;
       }
       // A plan whose proposed layout is still to be timed and could win on it stays.
-      if (optimistic_ms[r] > 0 && factor(r) * optimistic_ms[r] < (1 - limits.tie) * s_l) continue;
+      if (optimistic_ms[r] > 0 && factor(r) * optimistic_ms[r] < (1 - limits.tie) * s_l_best) {
+        continue;
+      }
       const double gap = factor(r) * step_ms[r] - s_l;
       const double e_r = factor(r) * standard_error_ms[r];
       const double noise = 2 * std::sqrt(e_l * e_l + e_r * e_r);
       const bool known = standard_error_ms[leader] > 0 && standard_error_ms[r] > 0;
+      if (!full) {
+        // Before `min_samples`: only a plain loser, slower beyond twice the noise.
+        if (known && gap > 2 * noise) out.leave.push_back(r);
+        continue;
+      }
       if ((known && std::abs(gap) > noise) || std::abs(gap) <= limits.tie * s_l) {
         out.leave.push_back(r);
         continue;

@@ -70,7 +70,8 @@ ChoiceNoise choice_noise(std::span<const CodecPlan> plans, std::span<const doubl
 // One verdict of an interleaved trial (plan_trial.h), after a round, from the agreed
 // figures of the plans still running (`running`; `contenders`: those that left unresolved
 // in earlier rounds): step_ms and standard_error_ms per plan (0: not
-// measured), `samples` measured steps each. Nothing is decided before `min_samples`. Then,
+// measured), `samples` measured steps each. Before `min_samples` only a plain loser leaves
+// (from kEarlySamples on: slower than L beyond twice the noise below). Then,
 // with L = choose_plan() over the running plans and, for every other running plan r, the
 // gap s_r - s_L of their scores and its noise 2 sqrt((f_L e_L)^2 + (f_r e_r)^2):
 //   - |gap| > noise: resolved, r leaves the trial (a faster r the tie passed over too: the
@@ -82,7 +83,8 @@ ChoiceNoise choice_noise(std::span<const CodecPlan> plans, std::span<const doubl
 //   - else r runs on.
 // Except that r runs on, whatever the verdict, while its proposed bucket layout is still to
 // be timed and could win on it: optimistic_ms, its figure less the saving the layout's
-// model predicts (0: nothing pending), scores below the tie of L's.
+// model predicts (0: nothing pending), scores below the tie of L's (L's optimistic figure
+// where its own proposal is pending: both may gain from their layouts).
 // The trial ends when only L runs on, or at `max_samples`, where the plans still running
 // become contenders. Among L and the contenders the choice is the cost model's, calibrated
 // by what the trial measured: with x_q the model's exchange per step (predicted_ms) and w_q
@@ -108,6 +110,7 @@ struct TrialVerdict {
   std::vector<size_t> unresolved;  // of `leave`: those leaving unresolved (contenders)
   std::vector<size_t> contenders;  // when finished by the model: all of them, L not among
 };
+inline constexpr size_t kEarlySamples = 3;
 struct TrialLimits {
   size_t min_samples = 5;
   size_t max_samples = 20;
