@@ -7,7 +7,6 @@
 #include "gradwire/compress/codec.h"
 #include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
-#include "gradwire/core/number_text.h"
 #include "gradwire/core/spec.h"
 #include "gradwire/core/timeline.h"
 #include "gradwire/strategy/adaptive/fit_plan.h"
@@ -442,45 +441,6 @@ bool AdaptiveStrategy::build_fit() {
   return true;
 }
 
-void AdaptiveStrategy::report_noise(size_t plan, std::string& reason, std::string& json) const {
-  std::string per_plan, per_plan_json;
-  for (size_t p = 0; p < options_.plans.size(); ++p) {
-    if (!(measured_ms_[p] > 0)) continue;
-    const std::string value = noise_ms_[p] > 0 ? format_tenths(noise_ms_[p]) : "null";
-    per_plan += " " + options_.plans[p].name + " " + (noise_ms_[p] > 0 ? value : "-");
-    per_plan_json +=
-        (per_plan_json.empty() ? "\"" : ",\"") + options_.plans[p].name + "\":" + value;
-  }
-  json += ",\"noise_ms\":{" + per_plan_json + "}";
-  const ChoiceNoise noise = choice_noise(options_.plans, candidates(), noise_ms_, plan, critical_,
-                                         options_.penalty, options_.trial);
-  if (noise.runner_up >= options_.plans.size()) return;
-  const CodecPlan& runner = options_.plans[noise.runner_up];
-  reason += "; standard error ms:" + per_plan + "; " + options_.plans[plan].name + " over " +
-            runner.name + " by " + format_tenths(noise.gap_ms) + " ms a step (scores), noise " +
-            format_tenths(noise.noise_ms) + " ms (2 standard errors): ";
-  json += ",\"runner_up\":\"" + runner.name + "\",\"gap_ms\":" + format_parameter(noise.gap_ms) +
-          ",\"gap_noise_ms\":" + format_parameter(noise.noise_ms) +
-          ",\"resolved\":" + (noise.resolved ? "true" : "false");
-  if (noise.resolved) {
-    reason += "resolved";
-    return;
-  }
-  const bool never = noise.steps_to_resolve == ChoiceNoise::kNever;
-  reason += "not resolved";
-  if (!never)
-    reason +=
-        ", about " + std::to_string(noise.steps_to_resolve) + " steps a plan would resolve it";
-  json += ",\"steps_to_resolve\":" +
-          (never ? std::string("null") : std::to_string(noise.steps_to_resolve));
-  // Where the timing cannot tell them apart, what the cost model says of the two.
-  const auto predicted = [&](size_t p) {
-    return predicted_ms_[p] > 0 ? format_tenths(predicted_ms_[p]) + " ms" : std::string("unknown");
-  };
-  reason += "; the cost model's exchange: " + options_.plans[plan].name + " " + predicted(plan) +
-            ", " + runner.name + " " + predicted(noise.runner_up);
-}
-
 bool AdaptiveStrategy::carry_status(std::span<float> status) {
   // Each plan that can carries them; for the others synchronize() exchanges them itself,
   // after the plan's exchange, as the caller would (fp16 on the reduce-scatter cannot: its
@@ -543,83 +503,6 @@ void AdaptiveStrategy::finish_trial(const TrialVerdict& verdict) {
     verdict_ += ": the cost model's choice";
   }
   decide(best, why);
-}
-
-void AdaptiveStrategy::decide(size_t plan, const std::string& why) {
-  active_ = plan;
-  CodecDecision d;
-  d.step = step_;
-  d.plan = options_.plans[plan].name;
-  const auto change = detector_.last_change();
-  const std::string regime = critical_ ? "critical regime" : "normal regime";
-  std::string reason = why == regime ? why : why + "; " + regime;
-  std::string json = "{\"step\":" + std::to_string(step_) + ",\"plan\":\"" + d.plan +
-                     "\",\"why\":\"" + why + "\",\"critical\":" + (critical_ ? "true" : "false");
-  if (change) {
-    const bool finite = std::isfinite(*change);
-    reason += " (gradient norm changed " +
-              (finite ? format_tenths(100 * *change) + "%" : "from 0") +
-              " between the last two windows, eta " + format_tenths(100 * options_.eta) + "%)";
-    json += ",\"norm_change\":" + (finite ? format_parameter(*change) : std::string("null"));
-  }
-  if (options_.mode == AdaptiveOptions::Mode::kAuto) {
-    // Per plan, "; LABEL: none 12.3 fp16 -" in the reason and "KEY":{"none":12.3,...} in json.
-    const auto per_plan = [&](const std::vector<double>& ms, const char* label, const char* key) {
-      reason += std::string("; ") + label + ":";
-      json += std::string(",\"") + key + "\":{";
-      for (size_t p = 0; p < options_.plans.size(); ++p) {
-        const std::string value = ms[p] > 0 ? format_tenths(ms[p]) : "null";
-        reason += " " + options_.plans[p].name + " " + (ms[p] > 0 ? value : "-");
-        json += std::string(p ? "," : "") + "\"" + options_.plans[p].name + "\":" + value;
-      }
-      json += "}";
-    };
-    json += ",\"penalty\":" + format_parameter(options_.penalty);
-    per_plan(measured_ms_, "ms/step measured", "step_ms");
-    per_plan(predicted_ms_, "exchange ms/step predicted", "predicted_exchange_ms");
-    // Steps each measurement took (warm-up included; more where a layout's proposal was
-    // timed too): what the trials cost, in the metrics only.
-    json += ",\"trial_steps\":{";
-    for (size_t p = 0; p < options_.plans.size(); ++p) {
-      json += std::string(p ? "," : "") + "\"" + options_.plans[p].name +
-              "\":" + std::to_string(trial_steps_of_[p]);
-    }
-    json += "}";
-    std::string ruled, waited, ruled_json, waited_json;
-    for (size_t p = 0; p < options_.plans.size(); ++p) {
-      if (!ruled_out_[p]) continue;
-      std::string& text = ruled_out_[p] == kByWait ? waited : ruled;
-      std::string& list = ruled_out_[p] == kByWait ? waited_json : ruled_json;
-      text += (text.empty() ? "" : " ") + options_.plans[p].name;
-      list += (list.empty() ? "\"" : ",\"") + options_.plans[p].name + "\"";
-    }
-    json += ",\"ruled_out\":[" + ruled_json + "],\"cannot_beat\":[" + waited_json + "]";
-    if (!ruled.empty()) reason += "; ruled out by the model: " + ruled;
-    if (!waited.empty()) {
-      reason +=
-          "; cannot beat the most faithful plan by the tie (its wait after backward is "
-          "too short): " +
-          waited;
-    }
-    if (!verdict_.empty()) {
-      reason += "; " + verdict_;
-      json += ",\"by_model\":true";
-    }
-    if (fit_ != kNoPlan && fit_state_ != FitState::kPending) {
-      reason += "; fit: " + fit_summary_;
-      json += ",\"fit\":\"" + fit_summary_ + "\"";
-    }
-    report_noise(plan, reason, json);
-    verdict_.clear();
-  }
-  json += "}";
-  d.reason = std::move(reason);
-  d.inputs_json = std::move(json);
-  if (Timeline::global().enabled()) {
-    const auto now = Timeline::Clock::now();
-    Timeline::global().record("codec decision", "auto", now, now, d.inputs_json);
-  }
-  decisions_.push_back(std::move(d));
 }
 
 }  // namespace gradwire::strategy
