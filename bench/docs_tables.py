@@ -138,6 +138,13 @@ def _step_breakdown(folder, rate, runs, seeds=3, model="gpt"):
 
 
 _step_breakdown("e2e-gpt-4hosts-1gbit-seeds", "1gbit", ["gradwire-auto"])
+# auto's own cost at 10 Gbit before and after its status fix (issue 62): one seed, no floor
+# run: `none` stands as the reference.
+for _when in ("before", "after"):
+    GENERATORS[f"auto-status-timelines/{_when}/timelines/results.md"] = [
+        "timeline/step_breakdown.py", "--per-run",
+        "floor:cnn-10gbit-gradwire-none-r1.trace.json.gz",
+        "cnn-10gbit-gradwire-auto-r1.trace.json.gz"]
 _step_breakdown("e2e-gpt-4hosts-100mbit-codecs-seeds", "100mbit",
                 ["gradwire-powersgd-rank-16-min-rate-2", "gradwire-int8", "gradwire-auto"])
 _step_breakdown("e2e-gpt-4hosts-10gbit-timelines", "10gbit", ["gradwire-auto"])

@@ -17,16 +17,19 @@ import plot_e2e  # noqa: E402
 
 # (folder, hosts, the gradwire configuration as its name starts, what it is in words, the
 # machine it ran on: 1 the first 2-core machine, 2 the second, AMD EPYC, about twice as fast
-# a step; seconds compare within a machine only); every bandwidth of the folder is shown
+# a step, 3 a third, AMD EPYC, a little slower than 2; seconds compare within a machine
+# only); every bandwidth of the folder is shown
 ROWS = [
+    ("e2e-cnn-wide-4hosts-100mbit-auto-seeds", 4, "auto", "auto (the default)", 3),
+    ("e2e-cnn-wide-4hosts-100mbit-auto-seeds", 4, "powersgd",
+     "PowerSGD rank 8, as DDP's hook runs it", 3),
+    ("e2e-cnn-wide-4hosts-10gbit-auto-seeds", 4, "auto", "auto (the default)", 3),
+    ("e2e-gpt-4hosts-100mbit-auto-seeds", 4, "auto", "auto (the default)", 3),
+    ("e2e-gpt-4hosts-100mbit-auto-seeds", 4, "powersgd",
+     "PowerSGD rank 16, as DDP's hook runs it", 3),
     ("e2e-cnn-4hosts-100mbit-perstep-seeds", 4, "int8", "int8 + error feedback", 1),
-    ("e2e-cnn-4hosts-100mbit-perstep-seeds", 4, "auto", "auto (the default)", 1),
-    ("e2e-gpt-4hosts-100mbit-perstep-seeds", 4, "auto", "auto (the default)", 2),
-    ("e2e-gpt-4hosts-100mbit-perstep-seeds", 4, "powersgd",
-     "PowerSGD rank 16, as DDP's hook runs it", 2),
-    ("e2e-cnn-wide-4hosts-100mbit-perstep-seeds", 4, "auto", "auto (the default)", 2),
-    ("e2e-cnn-wide-4hosts-100mbit-perstep-seeds", 4, "powersgd",
-     "PowerSGD rank 8, as DDP's hook runs it", 2),
+    ("e2e-cnn-4hosts-100mbit-perstep-seeds", 4, "auto", "auto before issue 62", 1),
+    ("e2e-gpt-4hosts-100mbit-perstep-seeds", 4, "auto", "auto before issue 62", 2),
     ("e2e-gpt-4hosts-10mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=auto",
      "DiLoCo, 4-bit, auto H (the default)", 1),
     ("e2e-cnn-wide-4hosts-10mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=96",

@@ -10,11 +10,12 @@
 # is powersgd at auto's default rank 8 on every model; powersgd-start2 is powersgd dense for
 # the first 2 steps only, DDP's hook's start in the e2e baseline and auto's dense start
 # since issue 62): none, and powersgd as auto ran it before issue 62
-# (codec_plan.cc: powersgd:min_rate=2,rank=R) from the step auto could first run it. auto
-# runs no compressing plan in a critical regime, and its detector calls windows 0 and 1
-# critical (regime_detector.h, window 50 steps), so PowerSGD's earliest step under auto is
-# 100 (in the committed e2e runs its trial began at step 100 or 150): the study sends the
-# first 100 steps dense (key start=100, the codec's DDP-style dense start). PowerSGD from
+# (codec_plan.cc: powersgd:min_rate=2,rank=R) from the step auto could first run it before
+# issue 62: auto then ran no compressing plan in a critical regime, and its detector called
+# windows 0 and 1 critical (regime_detector.h, window 50 steps), so PowerSGD's earliest step
+# was 100: plan powersgd sends the first 100 steps dense (key start=100, the codec's
+# DDP-style dense start). Since issue 62 auto's dense start is 2 steps: plan
+# powersgd-start2. PowerSGD from
 # step 0, which auto never runs, stalled gpt on its 2.4 plateau in one seed of two
 # (docs/results/auto-penalty, runs/*-powersgd-from0-*). The bucket layout is fixed (a
 # fixed codec repeats bit for bit), an evaluation every 32 steps (crossings interpolated).
