@@ -801,23 +801,21 @@ TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
     Bytes older5(state.begin(), state.begin() + kTrialAt);
     older5.insert(older5.end(), 5 * 8 + 4, 0);
     older5.insert(older5.end(), state.begin() + kTrialAt + 1 + 8, state.end());
-    const char tag5[4] = {'A', 'D', 'P', '5'};
-    std::memcpy(older5.data(), tag5, 4);
-    auto fourth = create_allreduce_strategy(c, {.codec = codec, .link = link});
-    fourth->start(tensors, param_spans);
-    ByteReader older5_reader(older5);
-    fourth->load_state(older5_reader);
-    older5_reader.expect_end("ADP5 state");
+    // A fresh strategy that loads `bytes` under the 4-byte `tag`, every byte read.
+    const auto load_as = [&](Bytes bytes, const char* tag) {
+      std::memcpy(bytes.data(), tag, 4);
+      auto loaded = create_allreduce_strategy(c, {.codec = codec, .link = link});
+      loaded->start(tensors, param_spans);
+      ByteReader reader(bytes);
+      loaded->load_state(reader);
+      reader.expect_end(tag);
+      return loaded;
+    };
+    auto fourth = load_as(older5, "ADP5");
     EXPECT_EQ(dynamic_cast<AdaptiveStrategy*>(fourth.get())->active_plan().name,
               dynamic_cast<AdaptiveStrategy*>(first.get())->active_plan().name);
-    Bytes older4(older5.begin(), older5.end() - static_cast<std::ptrdiff_t>(8 + 8 * 3));
-    const char tag4[4] = {'A', 'D', 'P', '4'};
-    std::memcpy(older4.data(), tag4, 4);
-    auto third = create_allreduce_strategy(c, {.codec = codec, .link = link});
-    third->start(tensors, param_spans);
-    ByteReader older4_reader(older4);
-    third->load_state(older4_reader);
-    older4_reader.expect_end("ADP4 state");
+    auto third = load_as(
+        Bytes(older5.begin(), older5.end() - static_cast<std::ptrdiff_t>(8 + 8 * 3)), "ADP4");
     if (rank == 0) {
       const auto resumed = third->take_decisions();
       EXPECT_EQ(dynamic_cast<AdaptiveStrategy*>(third.get())->active_plan().name,
