@@ -28,7 +28,9 @@ std::string codec_for_per_coordinate_optimizer(const std::string& codec) {
   if (!spec.params.count("plans") && !spec.params.count("rank")) {
     spec.params["rank"] = std::to_string(kPerCoordinateRank);
   }
-  if (!spec.params.count("penalty")) spec.params["penalty"] = format_parameter(kPerCoordinatePenalty);
+  if (!spec.params.count("penalty")) {
+    spec.params["penalty"] = format_parameter(kPerCoordinatePenalty);
+  }
   return spec.to_string();
 }
 
