@@ -186,7 +186,9 @@ void AdaptiveStrategy::synchronize(const FloatSpans& grads) {
     }
   }  // else the plan's synchronize() throws, naming the mismatch
   double local_sq = 0;
-  for (double sq : grad_sq_) local_sq += sq;
+  if (uses_regimes()) {
+    for (double sq : grad_sq_) local_sq += sq;
+  }
   const bool on_proposal = plans_[active_]->next_step_on_proposal();
   const auto exchange_start = Clock::now();
   plans_[active_]->synchronize(grads);
@@ -227,25 +229,29 @@ void AdaptiveStrategy::step_accordion(bool window_ended) {
 
 void AdaptiveStrategy::step_auto(double step_ms, double wait_ms, bool on_proposal,
                                  bool window_ended, bool lr_restart) {
-  std::vector<size_t> all(options_.plans.size());
-  for (size_t p = 0; p < all.size(); ++p) all[p] = p;
+  // Every plan, for a trial (built only when one starts: this runs every step).
+  const auto all_plans = [&] {
+    std::vector<size_t> all(options_.plans.size());
+    for (size_t p = 0; p < all.size(); ++p) all[p] = p;
+    return all;
+  };
   if (trial_.active()) {
     if (turn_plan_ != PlanTrial::kNone) trial_.record(step_ms, wait_ms, on_proposal);
     if (lr_restart) {
-      begin_trial(all, "learning-rate decay");
+      begin_trial(all_plans(), "learning-rate decay");
     } else {
       advance_trial();
     }
     return;
   }
   if (lr_restart) {
-    begin_trial(all, "learning-rate decay");
+    begin_trial(all_plans(), "learning-rate decay");
   } else if (options_.reprobe > 0 && step_ >= next_reprobe_) {
-    begin_trial(all, "scheduled measurement");
+    begin_trial(all_plans(), "scheduled measurement");
   } else if (window_ended) {
     // regimes=on: a regime that lets in plans not measured yet measures them.
     std::vector<size_t> unmeasured;
-    for (size_t p = 0; p < all.size(); ++p) {
+    for (size_t p = 0; p < options_.plans.size(); ++p) {
       if (allowed(p) && measured_ms_[p] == 0 && !ruled_out_[p]) unmeasured.push_back(p);
     }
     if (!unmeasured.empty()) {

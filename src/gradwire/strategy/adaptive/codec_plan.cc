@@ -7,6 +7,14 @@
 #include "gradwire/core/spec.h"
 
 namespace gradwire::strategy {
+namespace {
+
+// A plan's score factor: 1 + penalty for a plan that compresses, else 1.
+double score_factor(const CodecPlan& plan, double penalty) {
+  return plan.compresses ? 1 + penalty : 1.0;
+}
+
+}  // namespace
 
 std::vector<std::string> codec_plan_names() {
   return {"none", "fp16", "bf16", "int8", "powersgd", "fit"};
@@ -34,7 +42,7 @@ size_t choose_plan(std::span<const CodecPlan> plans, std::span<const double> ste
   double best_score = 0;
   for (size_t p = 0; p < plans.size() && p < step_ms.size(); ++p) {
     if (!(step_ms[p] > 0) || (critical && plans[p].compresses)) continue;
-    const double score = step_ms[p] * (plans[p].compresses ? 1 + penalty : 1.0);
+    const double score = step_ms[p] * score_factor(plans[p], penalty);
     if (best == plans.size() || score < best_score * (1 - tie)) {
       best = p;
       best_score = score;
@@ -50,7 +58,7 @@ ChoiceNoise choice_noise(std::span<const CodecPlan> plans, std::span<const doubl
   out.runner_up = plans.size();
   const size_t n = std::min({plans.size(), step_ms.size(), standard_error_ms.size()});
   if (chosen >= n || !(step_ms[chosen] > 0)) return out;
-  const auto factor = [&](size_t p) { return plans[p].compresses ? 1 + penalty : 1.0; };
+  const auto factor = [&](size_t p) { return score_factor(plans[p], penalty); };
   double runner_score = 0;
   for (size_t p = 0; p < n; ++p) {
     if (p == chosen || !(step_ms[p] > 0) || (critical && plans[p].compresses)) continue;
@@ -91,7 +99,7 @@ TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size
       optimistic_ms.size() < n || predicted_ms.size() < n) {
     throw Error("settle_trial: a figure per plan expected");
   }
-  const auto factor = [&](size_t p) { return plans[p].compresses ? 1 + limits.penalty : 1.0; };
+  const auto factor = [&](size_t p) { return score_factor(plans[p], limits.penalty); };
   std::vector<double> running_ms(n, 0.0);
   for (size_t p : running) running_ms[p] = step_ms[p];
   size_t leader = choose_plan(plans, running_ms, critical, limits.penalty, limits.tie);
@@ -193,7 +201,7 @@ TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size
 
 bool cannot_beat(const CodecPlan& p, double step_ms, double wait_ms, double penalty, double tie) {
   if (!(step_ms > 0) || !(wait_ms >= 0)) return false;
-  const double f = p.compresses ? 1 + penalty : 1.0;
+  const double f = score_factor(p, penalty);
   return f * (step_ms - wait_ms) >= (1 - tie) * step_ms;
 }
 
