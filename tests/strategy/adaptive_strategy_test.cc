@@ -617,8 +617,10 @@ TEST(AutoTest, TheCallersStatusIsCarriedOrExchangedWhicheverPlanRuns) {
     std::vector<float> status(3, 0.0f);
     ASSERT_TRUE(strategy->carry_status(status));
     for (int s = 0; s < 8; ++s) {
-      // Rank 1 sets word 1 on even steps, rank 0 word 2 on odd ones.
+      // Rank 1 sets word 1 on even steps, rank 0 word 2 on odd ones; rank 1 alone fails
+      // (word 0, the failure word) at steps 4 and 5.
       std::fill(status.begin(), status.end(), 0.0f);
+      if (rank == 1 && (s == 4 || s == 5)) status[0] = 1.0f;
       if (rank == 1 && s % 2 == 0) status[1] = 1.0f;
       if (rank == 0 && s % 2 == 1) status[2] = 1.0f;
       plans[rank].push_back(adaptive->active_plan().name);
@@ -630,8 +632,9 @@ TEST(AutoTest, TheCallersStatusIsCarriedOrExchangedWhicheverPlanRuns) {
     EXPECT_NE(std::find(plans[r].begin(), plans[r].end(), "fp16"), plans[r].end());
     EXPECT_NE(std::find(plans[r].begin(), plans[r].end(), "none"), plans[r].end());
     for (int s = 0; s < 8; ++s) {
-      const std::vector<float> expected =
+      std::vector<float> expected =
           s % 2 == 0 ? std::vector<float>{0, 1, 0} : std::vector<float>{0, 0, 1};
+      if (s == 4 || s == 5) expected[0] = 1;  // rank 1's failure, seen by every rank
       EXPECT_EQ(seen[r][s], expected)
           << "rank " << r << " step " << s << " (" << plans[r][s] << ")";
     }
