@@ -211,7 +211,8 @@ def register_hook(ddp, optimizer, args, total_steps, counter):
         state, hook = gradwire.ddp.hook(args.gradwire_codec, model=ddp.module,
                                         optimizer=optimizer, bucket_cap_mb=args.bucket_mb,
                                         first_bucket_mb=args.gradwire_first_bucket_mb,
-                                        quantized_path=args.gradwire_quantized_path)
+                                        quantized_path=args.gradwire_quantized_path,
+                                        link_bits_per_s=link_bits_per_s(args.link_bandwidth))
         ddp.register_comm_hook(state, hook)
         counter.gradwire = state
         return f"ddp:gradwire-{state.codec}"
@@ -286,7 +287,8 @@ def parse_args(argv):
     p.add_argument("--outer-warmup", type=int)
     p.add_argument("--compressor", help="diloco: the outer codec")
     p.add_argument("--link-bandwidth", default="1gbit",
-                   help="diloco: the link inner_steps auto plans for (tc notation)")
+                   help="the link (tc notation) diloco's inner_steps auto plans for and "
+                        "the gradwire hook's auto predicts with")
     p.add_argument("--model", default="cnn")
     p.add_argument("--epochs", type=int, default=3)
     p.add_argument("--batch-size", type=int, default=32, help="per worker")

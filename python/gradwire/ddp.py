@@ -101,11 +101,17 @@ class HookState:
             the cost model predicts it faster than their allgather; fp16 from 3 ranks,
             as on the 1 Gbit/s link the hook's cost model assumes, where Gloo's
             software fp16 sum costs more than the reduce-scatter's casts).
+        link_bits_per_s, link_latency_s: the link between the ranks, as auto's cost model
+            predicts exchanges with it (default 1 Gbit/s, 50 us a message step; the C++
+            path's --link-bandwidth): it rules out plans whose exchange alone could not
+            win and decides a trial the measurements leave unresolved. Every rank gives
+            the same (checked at the first step); other codecs ignore it.
     """
 
     def __init__(self, codec="auto", *, process_group=None, model=None, optimizer=None,
                  timeout=None, bucket_cap_mb=25.0, first_bucket_mb=1.0, overlap=True,
-                 sparse_aggregation="auto", quantized_path="auto"):
+                 sparse_aggregation="auto", quantized_path="auto", link_bits_per_s=1e9,
+                 link_latency_s=50e-6):
         if isinstance(optimizer, _PER_COORDINATE_OPTIMIZERS):
             codec = _C.codec_for_per_coordinate_optimizer(codec)
         self._optimizer = optimizer
@@ -115,7 +121,9 @@ class HookState:
         self.options = dict(bucket_cap_mb=float(bucket_cap_mb),
                             first_bucket_mb=float(first_bucket_mb), overlap=bool(overlap),
                             sparse_aggregation=sparse_aggregation,
-                            quantized_path=quantized_path)
+                            quantized_path=quantized_path,
+                            link_bits_per_s=float(link_bits_per_s),
+                            link_latency_s=float(link_latency_s))
         self._names = {}
         if model is not None:
             self._names = {id(p): name for name, p in model.named_parameters()}
@@ -125,8 +133,12 @@ class HookState:
 
     def _check(self):
         o = self.options
+        # A state pickled before the link options existed assumes the default link.
+        o.setdefault("link_bits_per_s", 1e9)
+        o.setdefault("link_latency_s", 50e-6)
         _C.check_hook_options(self.codec_spec, o["sparse_aggregation"], o["quantized_path"],
-                              o["bucket_cap_mb"], o["first_bucket_mb"], o["overlap"])
+                              o["bucket_cap_mb"], o["first_bucket_mb"], o["overlap"],
+                              o["link_bits_per_s"], o["link_latency_s"])
         if not self.timeout > 0:
             raise _C.ConfigError("timeout must be positive, got %r" % (self.timeout,))
         self._codec = _C.canonical_codec(self.codec_spec)
@@ -144,8 +156,9 @@ class HookState:
         store, rank, size = _groups.rendezvous("ddp-hook", self.process_group)
         o = self.options
         impl = _C.DdpCommHook(self.codec_spec, o["sparse_aggregation"], o["quantized_path"],
-                              o["bucket_cap_mb"], o["first_bucket_mb"], o["overlap"], store,
-                              rank, size, self.timeout)
+                              o["bucket_cap_mb"], o["first_bucket_mb"], o["overlap"],
+                              o["link_bits_per_s"], o["link_latency_s"], store, rank, size,
+                              self.timeout)
         self._impl = impl
         impl.count_loop(*self._loop_counts)
         if self._pending is not None:

@@ -280,6 +280,47 @@ def test_auto_under_adam_runs_powersgd_at_the_cpp_paths_rank():
         assert out["adamw_int8"] == gradwire.canonical_codec("int8"), out
 
 
+def link_worker(rank, world, bits_per_s):
+    """auto between none and fp16 over a link of `bits_per_s`: the lines rank 0 logged."""
+    import logging
+    torch.manual_seed(0)
+    model = Net()
+    ddp = DDP(model, bucket_cap_mb=BUCKET_MB)
+    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
+    state, hook = gradwire.ddp.hook("auto:trial=1,plans=none/fp16", model=model, optimizer=opt,
+                                    link_bits_per_s=bits_per_s)
+    ddp.register_comm_hook(state, hook)
+    lines = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            lines.append(record.getMessage())
+    log = logging.getLogger("gradwire")
+    log.setLevel(logging.INFO)
+    log.addHandler(Keep())
+    for x, y in batches(rank, 12):
+        opt.zero_grad()
+        F.cross_entropy(ddp(x), y).backward()
+        opt.step()
+    return lines
+
+
+def predicted_none_ms(lines):
+    for line in lines:
+        if "exchange ms/step predicted: none " in line:
+            return float(line.split("exchange ms/step predicted: none ")[1].split()[0])
+    raise AssertionError("no decision with predictions: %r" % (lines,))
+
+
+def test_auto_predicts_with_the_link_it_is_told():
+    """link_bits_per_s reaches auto's cost model, as --link-bandwidth does the C++ path's:
+    the same job over a tenth of the bandwidth predicts none's exchange about ten times as
+    long (the model's latency term aside)."""
+    fast = predicted_none_ms(expect_success(run_ranks(2, link_worker, 1e6))[0])
+    slow = predicted_none_ms(expect_success(run_ranks(2, link_worker, 1e5))[0])
+    assert fast > 0 and 8 < slow / fast <= 10.01, (fast, slow)
+
+
 # --- failures: a typed exception on every rank, promptly ----------------------------------
 
 def bad_input_worker(rank, world):
@@ -294,6 +335,14 @@ def bad_input_worker(rank, world):
         model.register_comm_hook(state, hook)
         F.cross_entropy(model(torch.randn(4, 1, 8, 8)), torch.zeros(4, dtype=torch.long)).backward()
     out["differ"] = outcome(differ)
+
+    def link_differs():  # the link is part of the configuration the ranks compare
+        model = DDP(Net(), bucket_cap_mb=BUCKET_MB)
+        state, hook = gradwire.ddp.hook("auto", link_bits_per_s=1e8 if rank == 0 else 1e9)
+        model.register_comm_hook(state, hook)
+        F.cross_entropy(model(torch.randn(4, 1, 8, 8)), torch.zeros(4, dtype=torch.long)).backward()
+    out["link_differs"] = outcome(link_differs)
+    out["bad_link"] = outcome(lambda: gradwire.ddp.hook("auto", link_bits_per_s=0))
     int8, _ = gradwire.ddp.hook("int8")
     fp16, _ = gradwire.ddp.hook("fp16")
     out["other_codec_state"] = outcome(lambda: int8.load_state_dict(fp16.state_dict()))
@@ -328,6 +377,8 @@ def test_bad_inputs_raise_named_errors_on_every_rank():
         assert out["bad_option"][0] == "ConfigError" and "density" in out["bad_option"][1], out
         assert out["differ"][0] == "MismatchError", out
         assert "int8" in out["differ"][1] and "fp16" in out["differ"][1], out
+        assert out["link_differs"][0] == "MismatchError" and "link" in out["link_differs"][1], out
+        assert out["bad_link"][0] == "ConfigError" and "link_bits_per_s" in out["bad_link"][1], out
         assert out["other_codec_state"][0] == "MismatchError", out
         assert out["garbage_state"][0] == "PayloadError", out
         assert out["float64"][0] == "ConfigError" and "float32" in out["float64"][1], out

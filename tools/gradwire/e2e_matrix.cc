@@ -383,6 +383,8 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
       if (!run.config.quantized_path.empty()) {
         cmd.insert(cmd.end(), {"--gradwire-quantized-path", run.config.quantized_path});
       }
+      // The hook's cost model is told the link, as the C++ path's is.
+      if (!run.floor) cmd.insert(cmd.end(), {"--link-bandwidth", run.bandwidth});
     }
   } else if (run.config.ps()) {
     cmd = {self,

@@ -9,6 +9,7 @@
 #include <torch/csrc/distributed/c10d/Store.hpp>
 
 #include <chrono>
+#include <cmath>
 #include <memory>
 #include <mutex>
 #include <set>
@@ -124,7 +125,14 @@ std::unique_ptr<comm::Collectives> own_group(const c10::intrusive_ptr<c10d::Stor
 
 CommHookOptions hook_options(const std::string& codec, const std::string& sparse_aggregation,
                              const std::string& quantized_path, double bucket_cap_mb,
-                             double first_bucket_mb, bool overlap) {
+                             double first_bucket_mb, bool overlap, double link_bits_per_s,
+                             double link_latency_s) {
+  if (!(link_bits_per_s > 0) || !std::isfinite(link_bits_per_s)) {
+    throw ConfigError("link_bits_per_s must be positive");
+  }
+  if (!(link_latency_s >= 0) || !std::isfinite(link_latency_s)) {
+    throw ConfigError("link_latency_s must be zero or positive");
+  }
   CommHookOptions options;
   options.codec = codec;
   options.sparse_aggregation = sparse_aggregation;
@@ -132,6 +140,7 @@ CommHookOptions hook_options(const std::string& codec, const std::string& sparse
   options.bucket_bytes = megabytes(bucket_cap_mb, "bucket_cap_mb");
   options.first_bucket_bytes = megabytes(first_bucket_mb, "first_bucket_mb");
   options.overlap = overlap;
+  options.link = comm::LinkModel::from_bandwidth(link_latency_s, link_bits_per_s);
   return options;
 }
 
@@ -233,9 +242,10 @@ PYBIND11_MODULE(_C, m) {
       "check_hook_options",
       [](const std::string& codec, const std::string& sparse_aggregation,
          const std::string& quantized_path, double bucket_cap_mb, double first_bucket_mb,
-         bool overlap) {
+         bool overlap, double link_bits_per_s, double link_latency_s) {
         DdpCommHook::check_options(hook_options(codec, sparse_aggregation, quantized_path,
-                                                bucket_cap_mb, first_bucket_mb, overlap));
+                                                bucket_cap_mb, first_bucket_mb, overlap,
+                                                link_bits_per_s, link_latency_s));
       },
       "ConfigError for a hook's bad codec or option, on this rank alone.");
   m.def(
@@ -261,18 +271,18 @@ PYBIND11_MODULE(_C, m) {
   py::class_<DdpCommHook, std::shared_ptr<DdpCommHook>>(m, "DdpCommHook")
       .def(py::init([](const std::string& codec, const std::string& sparse_aggregation,
                        const std::string& quantized_path, double bucket_cap_mb,
-                       double first_bucket_mb, bool overlap,
-                       const c10::intrusive_ptr<c10d::Store>& store, int rank, int size,
-                       double timeout_s) {
+                       double first_bucket_mb, bool overlap, double link_bits_per_s,
+                       double link_latency_s, const c10::intrusive_ptr<c10d::Store>& store,
+                       int rank, int size, double timeout_s) {
              return std::make_shared<DdpCommHook>(
                  own_group(store, rank, size, timeout_s),
                  hook_options(codec, sparse_aggregation, quantized_path, bucket_cap_mb,
-                              first_bucket_mb, overlap));
+                              first_bucket_mb, overlap, link_bits_per_s, link_latency_s));
            }),
            py::arg("codec"), py::arg("sparse_aggregation"), py::arg("quantized_path"),
            py::arg("bucket_cap_mb"), py::arg("first_bucket_mb"), py::arg("overlap"),
-           py::arg("store"), py::arg("rank"), py::arg("size"), py::arg("timeout_s"),
-           py::call_guard<py::gil_scoped_release>())
+           py::arg("link_bits_per_s"), py::arg("link_latency_s"), py::arg("store"), py::arg("rank"),
+           py::arg("size"), py::arg("timeout_s"), py::call_guard<py::gil_scoped_release>())
       .def(
           "exchange",
           [](DdpCommHook& hook, const at::Tensor& buffer, const std::vector<int64_t>& keys,

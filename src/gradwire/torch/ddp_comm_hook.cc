@@ -48,6 +48,7 @@ strategy::AllreduceOptions strategy_options(const CommHookOptions& options) {
   o.bucket_bytes = options.bucket_bytes;
   o.first_bucket_bytes = options.first_bucket_bytes;
   o.overlap = options.overlap;
+  o.link = options.link;
   // Buckets as DDP makes its own, so that none splits what DDP hands over at once (on
   // cnn-wide at 1 Gbit, gradwire's rule split DDP's first bucket in two collectives, and
   // the hook's fp32 step ran 9-14% longer: docs/results/hook-first-bucket-ab).
@@ -98,7 +99,9 @@ DdpCommHook::DdpCommHook(std::unique_ptr<comm::Collectives> collectives, CommHoo
        "quantized path " + options_.quantized_path,
        "bucket bytes " + std::to_string(options_.bucket_bytes) + " first " +
            std::to_string(options_.first_bucket_bytes),
-       std::string("overlap ") + (options_.overlap ? "on" : "off")});
+       std::string("overlap ") + (options_.overlap ? "on" : "off"),
+       "link " + std::to_string(8.0 / options_.link.beta_s_per_byte) + " bit/s, " +
+           std::to_string(options_.link.alpha_s) + " s a message step"});
 }
 
 DdpCommHook::~DdpCommHook() { unwatch(); }

@@ -62,6 +62,7 @@
 #include <vector>
 
 #include "gradwire/comm/collectives.h"
+#include "gradwire/comm/cost_model.h"
 #include "gradwire/compress/codec.h"
 #include "gradwire/core/bytes.h"
 #include "gradwire/strategy/step_ledger.h"
@@ -81,6 +82,9 @@ struct CommHookOptions {
   size_t bucket_bytes = 25u << 20;
   size_t first_bucket_bytes = 1u << 20;
   bool overlap = true;
+  // The link auto's cost model predicts exchanges with (the C++ path's --link-bandwidth;
+  // default 1 Gbit/s, 50 us). Only auto reads it; every rank must give the same.
+  comm::LinkModel link;
 };
 
 class DdpCommHook {
