@@ -19,7 +19,9 @@ What is generated, and from what:
       @tables FOLDER          FOLDER's tables (plot_e2e.py's results.md)
       @verdicts FOLDER        per gradwire configuration and table: its training time over
                               the compute floor, and its training time and times to the
-                              steep and the plateau accuracy against the best DDP
+                              steep and the plateau accuracy and to the strict target
+                              (the round's floor's final quality: within 0.3 points of
+                              its accuracy, 1% of its loss) against the best DDP
                               configuration of the table and against DDP fp16, PyTorch's
                               local SGD (ddp:localsgd) and the best of DDP's per-step
                               hooks where the table has them,
@@ -224,9 +226,14 @@ def verdict_lines(folder):
                 for base in bases:
                     theirs = summary[(model, bw, base)]["per_seed"]
                     figures = []
+                    strict_known = all(x["strict_known"] for x in
+                                       list(mine.values()) + list(theirs.values()))
                     for field, words in (("train_s", "training"),
                                          ("steep", f"time to {metric.target(steep)}"),
-                                         ("target", f"time to {metric.target(target)}")):
+                                         ("target", f"time to {metric.target(target)}"),
+                                         ("strict", f"time to {metric.strict_title()}")):
+                        if field == "strict" and not strict_known:
+                            continue
                         r = plot_e2e.ratios(mine, theirs, field)
                         figures.append(f"{words} {plot_e2e.ratio_text(r)}, {plot_e2e.verdict(r)}")
                     parts.append(f"against `{base}`: " + "; ".join(figures))

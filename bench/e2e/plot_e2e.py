@@ -82,6 +82,15 @@ class Metric:
     def spec(self, signed=False):
         return ("+" if signed else "") + (".2f" if self.accuracy else ".4f")
 
+    def strict(self, floor_final):
+        """The strict target: the compute floor's own final quality, within 0.3 points of
+        its accuracy or 1% of its loss (issues 62 and 63)."""
+        return floor_final - 0.003 if self.accuracy else floor_final * 1.01
+
+    def strict_title(self):
+        return ("the floor's final accuracy - 0.3 points" if self.accuracy
+                else "the floor's final loss + 1%")
+
 
 def load(directory):
     with open(os.path.join(directory, "results.csv")) as f:
@@ -194,6 +203,8 @@ def aggregate(rows):
             floor_s = number(floor["train_s"]) if floor else None
             wire = wire_to_target(r, target, metric)
             floor_wire = wire_to_target(floor, target, metric) if floor else None
+            floor_final = number(floor["final"]) if floor else None
+            strict = metric.strict(floor_final) if floor_final is not None else None
             per_seed[int(r["run"])] = {
                 "train_s": train,
                 "over_floor": train / floor_s if train and floor_s else None,
@@ -202,6 +213,11 @@ def aggregate(rows):
                 # A CSV of an earlier version without its metrics files cannot say.
                 "steep_known": bool(r["curve"]) or "time_to_steep_s" in r,
                 "target": number(r["time_to_target_s"]),
+                # The time to the strict target (this round's floor's final quality);
+                # strict_known: a curve and a floor to judge by.
+                "strict": first_at(r["curve"], strict, metric, interpolated(r))
+                if r["curve"] and strict is not None else None,
+                "strict_known": bool(r["curve"]) and strict is not None,
                 "accuracy": number(r["final"]),
                 "floor_accuracy": number(floor["final"]) if floor else None,
                 # Bytes on the wire until the target, against the floor's: fp32 allreduce
@@ -450,9 +466,10 @@ def tables_markdown(summary, rows, models, bandwidths, configs):
             header = ["system", "configuration", "seeds", "a rank's step", "training (s)",
                       "training / floor",
                       f"time to {metric.target(steep)} (s)", f"time to {metric.target(target)} (s)",
-                      metric.final(), metric.gap()]
+                      f"time to {metric.strict_title()} (s)", metric.final(), metric.gap()]
             if base:
                 header += [f"time to {metric.target(target)} / {vs}'s", "verdict",
+                           f"time to the floor's final / {vs}'s", "verdict",
                            f"training / {vs}'s", "verdict"]
             header.append("bytes per step on the wire")
             header.append(f"on the wire to {metric.target(target)} / fp32 allreduce's")
@@ -475,15 +492,19 @@ def tables_markdown(summary, rows, models, bandwidths, configs):
                          time_spread([p[k]["steep"] for k in seeds_here])
                          if all(p[k]["steep_known"] for k in seeds_here) else "no curve committed",
                          time_spread([p[k]["target"] for k in seeds_here]),
+                         time_spread([p[k]["strict"] for k in seeds_here])
+                         if all(p[k]["strict_known"] for k in seeds_here) else "no curve committed",
                          spread([x["accuracy"] for x in p.values()], metric.spec(),
                                 metric.scale()),
                          spread(gap, metric.spec(signed=True), metric.scale())
                          if s is not floor else ""]
                 if base and s is summary.get((model, bw, base)):
-                    cells += ["the baseline", "", "the baseline", ""]
+                    cells += ["the baseline", "", "the baseline", "", "the baseline", ""]
                 elif base:
-                    for field in ("target", "train_s"):
-                        r = ratios(p, theirs, field) if s is not floor else []
+                    for field in ("target", "strict", "train_s"):
+                        known = field != "strict" or all(
+                            x["strict_known"] for x in list(p.values()) + list(theirs.values()))
+                        r = ratios(p, theirs, field) if s is not floor and known else []
                         cells += [ratio_text(r), verdict(r)] if r else ["", ""]
                 cells.append(fmt(s["wire_bytes_per_step"], ",.0f") or "not measured")
                 wire = [x["wire_vs_allreduce"] for x in p.values()
