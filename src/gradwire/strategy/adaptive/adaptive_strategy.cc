@@ -309,19 +309,43 @@ bool AdaptiveStrategy::settle_round() {
   std::vector<float> agreed = trial_.local_figures();
   if (!agreed.empty()) collectives_.allreduce_max(agreed.data(), agreed.size());
   const auto figures = trial_.agree(agreed, std::min<size_t>(3, options_.trial));
-  const std::vector<size_t> running = trial_.running();
-  for (size_t p : running) {
+  for (size_t p : trial_.running()) {
     if (!(figures[p].step_ms > 0)) continue;
     measured_ms_[p] = figures[p].step_ms;
     noise_ms_[p] = figures[p].noise_ms;
     wait_ms_[p] = figures[p].wait_ms;
     trial_steps_of_[p] = figures[p].samples + 1;
   }
+  rule_out_running(figures);
+  TrialVerdict verdict = settle_trial(
+      options_.plans, trial_.running(), trial_.contenders(), candidates(), noise_ms_, wait_ms_,
+      optimistic_figures(figures), predicted_ms_, trial_.fewest_samples(), critical_,
+      {.min_samples = options_.trial,
+       .max_samples = options_.trial_max,
+       .penalty = options_.penalty,
+       .tie = kPlanTie});
+  for (size_t p : verdict.leave) {
+    trial_.leave(p, std::find(verdict.unresolved.begin(), verdict.unresolved.end(), p) !=
+                        verdict.unresolved.end());
+  }
+  if (!verdict.finished) return true;
+  // fit: built from this trial's measurements, interleaved with the choice in a trial of
+  // its own.
+  if (verdict.choice < options_.plans.size() && build_fit() && !rule_out(fit_)) {
+    const std::string why = trial_.why();
+    trial_ = PlanTrial({verdict.choice, fit_}, options_.plans.size(), why + "; fit built");
+    return true;
+  }
+  finish_trial(verdict);
+  return false;
+}
+
+void AdaptiveStrategy::rule_out_running(std::span<const TrialFigure> figures) {
   // The model's rules: a predicted exchange beyond `prune` x the fastest step (a warm-up
   // step bounds it from above before samples come), or no chance to beat the most
-  // faithful plan measured (3 samples on) by the tie.
-  // The plan of the fastest figure is never ruled out by it (a model far off the link
-  // could otherwise rule out every plan).
+  // faithful plan measured (3 samples on) by the tie. The plan of the fastest figure is
+  // never ruled out by it (a model far off the link could otherwise rule out every plan).
+  const std::vector<size_t> running = trial_.running();
   double warmup_bound = 0, fastest_figure = 0;
   size_t fastest_plan = PlanTrial::kNone;
   for (size_t p : running) {
@@ -349,6 +373,10 @@ bool AdaptiveStrategy::settle_round() {
       trial_.leave(p, false);
     }
   }
+}
+
+std::vector<double> AdaptiveStrategy::optimistic_figures(
+    std::span<const TrialFigure> figures) const {
   // A plan comparing its proposed layout, not yet timed on it: its figure less the saving
   // the layout's model predicts (agreed inputs), what it could show on the proposal.
   std::vector<double> optimistic(options_.plans.size(), 0.0);
@@ -359,27 +387,7 @@ bool AdaptiveStrategy::settle_round() {
           std::max(1e-3, figures[p].step_ms - 1e3 * plans_[p]->layout_predicted_saving_s());
     }
   }
-  TrialVerdict verdict =
-      settle_trial(options_.plans, trial_.running(), trial_.contenders(), candidates(), noise_ms_,
-                   wait_ms_, optimistic, predicted_ms_, trial_.fewest_samples(), critical_,
-                   {.min_samples = options_.trial,
-                    .max_samples = options_.trial_max,
-                    .penalty = options_.penalty,
-                    .tie = kPlanTie});
-  for (size_t p : verdict.leave) {
-    trial_.leave(p, std::find(verdict.unresolved.begin(), verdict.unresolved.end(), p) !=
-                        verdict.unresolved.end());
-  }
-  if (!verdict.finished) return true;
-  // fit: built from this trial's measurements, interleaved with the choice in a trial of
-  // its own.
-  if (verdict.choice < options_.plans.size() && build_fit() && !rule_out(fit_)) {
-    const std::string why = trial_.why();
-    trial_ = PlanTrial({verdict.choice, fit_}, options_.plans.size(), why + "; fit built");
-    return true;
-  }
-  finish_trial(verdict);
-  return false;
+  return optimistic;
 }
 
 std::vector<double> AdaptiveStrategy::candidates() const {

@@ -67,6 +67,7 @@
 #include <chrono>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -138,6 +139,13 @@ class AdaptiveStrategy : public Strategy {
   // After a round: agrees the figures, rules plans out, settles the trial; false when
   // it ended (a decision was made).
   bool settle_round();
+  // settle_round()'s model rules over the running plans' agreed `figures` (indexed by
+  // plan): a plan the cost model rules out (rule_out(), against the fastest figure or
+  // warm-up step), or one that cannot beat the most faithful plan measured, leaves.
+  void rule_out_running(std::span<const TrialFigure> figures);
+  // Per plan: the figure a running plan could show on its proposed bucket layout, not yet
+  // timed (its figure less the layout's predicted saving); 0 for the others.
+  std::vector<double> optimistic_figures(std::span<const TrialFigure> figures) const;
   void finish_trial(const TrialVerdict& verdict);
   // The fastest agreed median of the plans measured and not ruled out; 0: none.
   double fastest_measured_ms() const;
