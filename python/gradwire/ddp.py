@@ -98,14 +98,15 @@ class HookState:
             allreduce, bf16's and int4's allgather), "reduce-scatter" (summed in fp32,
             every level of the codec kept at any world size) or "auto" (per bucket: int8
             where its ring has under 31 levels, i.e. beyond 4 ranks; bf16 and int4 where
-            the cost model predicts it faster than their allgather; fp16 from 3 ranks,
-            as on the 1 Gbit/s link the hook's cost model assumes, where Gloo's
+            the cost model predicts it faster than their allgather; fp16 from 3 ranks on
+            links of 1 Gbit/s (the default link_bits_per_s) and faster, where Gloo's
             software fp16 sum costs more than the reduce-scatter's casts).
-        link_bits_per_s, link_latency_s: the link between the ranks, as auto's cost model
-            predicts exchanges with it (default 1 Gbit/s, 50 us a message step; the C++
-            path's --link-bandwidth): it rules out plans whose exchange alone could not
-            win and decides a trial the measurements leave unresolved. Every rank gives
-            the same (checked at the first step); other codecs ignore it.
+        link_bits_per_s, link_latency_s: the link between the ranks (default 1 Gbit/s,
+            50 us a message step; the C++ path's --link-bandwidth), which the cost model
+            predicts exchanges with: auto's (it rules out plans whose exchange alone
+            could not win, and decides a trial the measurements leave unresolved) and
+            the per-bucket choices of quantized_path and sparse_aggregation "auto".
+            Every rank gives the same (checked at the first step).
     """
 
     def __init__(self, codec="auto", *, process_group=None, model=None, optimizer=None,
