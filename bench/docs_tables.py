@@ -155,6 +155,13 @@ _step_breakdown("e2e-cnn-wide-4hosts-1gbit-hook-timelines", "1gbit",
 _step_breakdown("e2e-cnn-wide-4hosts-1gbit-hook-auto-vs-none-1seed", "1gbit",
                 ["ddp-allreduce", "ddp-gradwire-none", "ddp-gradwire-auto"], seeds=1,
                 model="cnn-wide")
+# PowerSGD's step on a free link, DDP's, the hook's and the C++ path's (issue 62).
+_step_breakdown("e2e-gpt-4hosts-10gbit-powersgd-timelines", "10gbit",
+                ["ddp-powersgd-rank-16-start-2", "ddp-gradwire-powersgd-rank-16-min-rate-2",
+                 "gradwire-powersgd-rank-16-start-2-min-rate-2"], seeds=1)
+_step_breakdown("e2e-cnn-wide-4hosts-10gbit-powersgd-timelines", "10gbit",
+                ["ddp-powersgd-rank-8-start-2", "ddp-gradwire-powersgd-rank-8-min-rate-2",
+                 "gradwire-powersgd-rank-8-start-2-min-rate-2"], seeds=1, model="cnn-wide")
 _step_breakdown("e2e-cnn-wide-4hosts-100mbit-hook-rule-seeds", "100mbit",
                 ["ddp-powersgd-rank-8-start-2", "ddp-gradwire-powersgd-rank-8-min-rate-2",
                  "gradwire-powersgd-rank-8-min-rate-2"], model="cnn-wide")

@@ -3,8 +3,10 @@
 against the best DDP configuration of the same run (the one reaching the target in the
 most seeds, then soonest), the time to the target taken seed by seed: mean [min, max] of
 gradwire's time over DDP's, with the verdict (every seed below 1: faster; above: slower;
-else not resolved), and beside it the compute floor's (gradwire `none` on unshaped links in
-the same rounds: what no exchange at all would give) over DDP's, and the machine the matrix
+else not resolved); the same at the strict target (the round's floor's own final quality:
+within 0.3 points of its accuracy, 1% of its loss; "neither reached it" when no seed of
+either did); and beside them the compute floor's (gradwire `none` on unshaped links in the
+same rounds: what no exchange at all would give) over DDP's, and the machine the matrix
 ran on. Prints Markdown; run in docs/results/headline (docs_tables.py does).
 
     headline_table.py ..    (the folder holding the matrices' folders)
@@ -40,17 +42,23 @@ ROWS = [
      "DiLoCo, 4-bit, auto H (the default)", 2),
     ("e2e-gpt-4hosts-100mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=auto",
      "DiLoCo, 4-bit, auto H (the default)", 2),
-    ("e2e-cnn-wide-4hosts-100mbit-hook-rule-seeds", 4, "ddp:gradwire-powersgd",
-     "Python: DDP + `gradwire.ddp.hook`, PowerSGD", 1),
-    ("e2e-gpt-4hosts-100mbit-hook-seeds", 4, "ddp:gradwire-int8",
-     "Python: DDP + `gradwire.ddp.hook`, int8", 1),
+    ("e2e-cnn-wide-4hosts-100mbit-hook-auto-seeds", 4, "ddp:gradwire-auto",
+     "Python: DDP + `gradwire.ddp.hook`, auto (the default)", 3),
+    ("e2e-cnn-wide-4hosts-100mbit-hook-auto-seeds", 4, "ddp:gradwire-powersgd",
+     "Python: DDP + `gradwire.ddp.hook`, PowerSGD rank 8", 3),
+    ("e2e-gpt-4hosts-100mbit-hook-auto-seeds", 4, "ddp:gradwire-auto",
+     "Python: DDP + `gradwire.ddp.hook`, auto (the default)", 3),
+    ("e2e-gpt-4hosts-100mbit-hook-auto-seeds", 4, "ddp:gradwire-powersgd",
+     "Python: DDP + `gradwire.ddp.hook`, PowerSGD rank 16", 3),
 ]
 
 
 def main(root):
     lines = ["| model | link | hosts | gradwire | baseline: DDP's best hook | target | "
-             "time to target, gradwire / DDP | verdict | the compute floor / DDP | seeds | machine |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "time to target, gradwire / DDP | verdict | "
+             "time to the floor's final quality, gradwire / DDP | verdict | "
+             "the compute floor / DDP | seeds | machine |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for folder, hosts, prefix, words, machine in ROWS:
         results = plot_e2e.Results(os.path.join(root, folder))
         summary = results.summary
@@ -64,13 +72,21 @@ def main(root):
                 mine = summary[(model, bw, configs[0])]
                 theirs = summary[(model, bw, best)]
                 r = plot_e2e.ratios(mine["per_seed"], theirs["per_seed"], "target")
+                known = all(p["strict_known"] for p in list(mine["per_seed"].values())
+                            + list(theirs["per_seed"].values()))
+                strict = (plot_e2e.ratios(mine["per_seed"], theirs["per_seed"], "strict")
+                          if known else [])
+                strict_cells = (f"{plot_e2e.ratio_text(strict)} | {plot_e2e.verdict(strict)}"
+                                if known and strict else
+                                "neither reached it | " if known else "no curve committed | ")
                 target = mine["metric"].target(mine["target"])
                 floors = [k for k in summary if k[0] == model and k[1] == "floor"]
                 floor = (plot_e2e.ratio_text(plot_e2e.ratios(
                     summary[floors[0]]["per_seed"], theirs["per_seed"], "target"))
                     if floors else "")
                 lines.append(f"| {model} | {bw} | {hosts} | {words} | `{best}` | {target} | "
-                             f"{plot_e2e.ratio_text(r)} | {plot_e2e.verdict(r)} | {floor} | "
+                             f"{plot_e2e.ratio_text(r)} | {plot_e2e.verdict(r)} | "
+                             f"{strict_cells} | {floor} | "
                              f"{len(r)} | {machine} |")
     print("\n".join(lines))
 

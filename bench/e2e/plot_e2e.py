@@ -288,6 +288,8 @@ def ratio_text(values):
     text = spread(finite, ".2f").replace(" [", "x [", 1) if len(finite) > 1 else (
         f"{finite[0]:.2f}x" if finite else "")
     never = len(values) - len(finite)
+    if not finite and never:
+        return f"not reached in {never} seed{'s' if never != 1 else ''} where the baseline did"
     return text + (f" (+{never} not reached)" if never else "")
 
 
