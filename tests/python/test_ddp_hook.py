@@ -230,16 +230,17 @@ def auto_codec_worker(rank, world):
             "adamw_int8": codec("int8", torch.optim.Adam(model.parameters()))}
 
 
-def lr_decay_worker(rank, world, with_optimizer):
-    """auto with short windows and trials and Accordion's regimes on (off by default); the
-    rate halves at step 12. The decisions rank 0 logged."""
+def auto_log_lines(rank, codec, steps, with_optimizer=True, decay_at=None, **options):
+    """`steps` SGD steps (lr 0.05, 0.02 from step `decay_at`) under the hook with `codec`
+    and `options`, given the optimizer or not: the lines the `gradwire` logger took (rank
+    0 logs auto's decisions)."""
     import logging
     torch.manual_seed(0)
     model = Net()
     ddp = DDP(model, bucket_cap_mb=BUCKET_MB)
     opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    state, hook = gradwire.ddp.hook("auto:window=3,trial=1,plans=none/fp16,regimes=on", model=model,
-                                    optimizer=opt if with_optimizer else None)
+    state, hook = gradwire.ddp.hook(codec, model=model,
+                                    optimizer=opt if with_optimizer else None, **options)
     ddp.register_comm_hook(state, hook)
     lines = []
 
@@ -249,14 +250,21 @@ def lr_decay_worker(rank, world, with_optimizer):
     log = logging.getLogger("gradwire")
     log.setLevel(logging.INFO)
     log.addHandler(Keep())
-    for step, (x, y) in enumerate(batches(rank, 30)):
-        if step == 12:
+    for step, (x, y) in enumerate(batches(rank, steps)):
+        if step == decay_at:
             for group in opt.param_groups:
                 group["lr"] = 0.02
         opt.zero_grad()
         F.cross_entropy(ddp(x), y).backward()
         opt.step()
     return lines
+
+
+def lr_decay_worker(rank, world, with_optimizer):
+    """auto with short windows and trials and Accordion's regimes on (off by default); the
+    rate halves at step 12. The decisions rank 0 logged."""
+    return auto_log_lines(rank, "auto:window=3,trial=1,plans=none/fp16,regimes=on", 30,
+                          with_optimizer, decay_at=12)
 
 
 def test_auto_follows_the_optimizers_learning_rate():
@@ -282,27 +290,7 @@ def test_auto_under_adam_runs_powersgd_at_the_cpp_paths_rank():
 
 def link_worker(rank, world, bits_per_s):
     """auto between none and fp16 over a link of `bits_per_s`: the lines rank 0 logged."""
-    import logging
-    torch.manual_seed(0)
-    model = Net()
-    ddp = DDP(model, bucket_cap_mb=BUCKET_MB)
-    opt = torch.optim.SGD(ddp.parameters(), lr=0.05)
-    state, hook = gradwire.ddp.hook("auto:trial=1,plans=none/fp16", model=model, optimizer=opt,
-                                    link_bits_per_s=bits_per_s)
-    ddp.register_comm_hook(state, hook)
-    lines = []
-
-    class Keep(logging.Handler):
-        def emit(self, record):
-            lines.append(record.getMessage())
-    log = logging.getLogger("gradwire")
-    log.setLevel(logging.INFO)
-    log.addHandler(Keep())
-    for x, y in batches(rank, 12):
-        opt.zero_grad()
-        F.cross_entropy(ddp(x), y).backward()
-        opt.step()
-    return lines
+    return auto_log_lines(rank, "auto:trial=1,plans=none/fp16", 12, link_bits_per_s=bits_per_s)
 
 
 def predicted_none_ms(lines):
