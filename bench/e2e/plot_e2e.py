@@ -284,13 +284,18 @@ def verdict(values, bar=1.0):
 
 
 def ratio_text(values):
-    finite = [v for v in values if math.isfinite(v)]
-    text = spread(finite, ".2f").replace(" [", "x [", 1) if len(finite) > 1 else (
-        f"{finite[0]:.2f}x" if finite else "")
-    never = len(values) - len(finite)
-    if not finite and never:
+    """Seed-by-seed ratios as "mean [min, max]x" over the seeds both reached, then the
+    seeds only one side reached (ratios(): inf, this side never; 0, the baseline never)."""
+    both = [v for v in values if math.isfinite(v) and v > 0]
+    text = spread(both, ".2f").replace(" [", "x [", 1) if len(both) > 1 else (
+        f"{both[0]:.2f}x" if both else "")
+    never = sum(1 for v in values if not math.isfinite(v))
+    only_mine = sum(1 for v in values if v == 0)
+    if not both and never and not only_mine:
         return f"not reached in {never} seed{'s' if never != 1 else ''} where the baseline did"
-    return text + (f" (+{never} not reached)" if never else "")
+    notes = ([f"+{never} not reached"] if never else []) + (
+        [f"+{only_mine} the baseline did not reach"] if only_mine else [])
+    return (text + (" (" + "; ".join(notes) + ")" if notes else "")).strip()
 
 
 def wire_ratio_text(mine, theirs):
