@@ -123,16 +123,21 @@ std::unique_ptr<comm::Collectives> own_group(const c10::intrusive_ptr<c10d::Stor
   return comm::make_gloo_collectives(store, rank, size, options);
 }
 
-CommHookOptions hook_options(const std::string& codec, const std::string& sparse_aggregation,
-                             const std::string& quantized_path, double bucket_cap_mb,
-                             double first_bucket_mb, bool overlap, double link_bits_per_s,
-                             double link_latency_s) {
+// The link a cost model predicts with, from the Python arguments of the hook and DiLoCo.
+comm::LinkModel checked_link(double link_bits_per_s, double link_latency_s) {
   if (!(link_bits_per_s > 0) || !std::isfinite(link_bits_per_s)) {
     throw ConfigError("link_bits_per_s must be positive");
   }
   if (!(link_latency_s >= 0) || !std::isfinite(link_latency_s)) {
     throw ConfigError("link_latency_s must be zero or positive");
   }
+  return comm::LinkModel::from_bandwidth(link_latency_s, link_bits_per_s);
+}
+
+CommHookOptions hook_options(const std::string& codec, const std::string& sparse_aggregation,
+                             const std::string& quantized_path, double bucket_cap_mb,
+                             double first_bucket_mb, bool overlap, double link_bits_per_s,
+                             double link_latency_s) {
   CommHookOptions options;
   options.codec = codec;
   options.sparse_aggregation = sparse_aggregation;
@@ -140,7 +145,7 @@ CommHookOptions hook_options(const std::string& codec, const std::string& sparse
   options.bucket_bytes = megabytes(bucket_cap_mb, "bucket_cap_mb");
   options.first_bucket_bytes = megabytes(first_bucket_mb, "first_bucket_mb");
   options.overlap = overlap;
-  options.link = comm::LinkModel::from_bandwidth(link_latency_s, link_bits_per_s);
+  options.link = checked_link(link_bits_per_s, link_latency_s);
   return options;
 }
 
@@ -352,8 +357,7 @@ PYBIND11_MODULE(_C, m) {
              o.outer_momentum = outer_momentum;
              o.nesterov = nesterov;
              o.outer_warmup = outer_warmup;
-             if (!(link_bits_per_s > 0)) throw ConfigError("link_bits_per_s must be positive");
-             o.link = comm::LinkModel::from_bandwidth(link_latency_s, link_bits_per_s);
+             o.link = checked_link(link_bits_per_s, link_latency_s);
              return std::make_shared<DiLoCoModel>(own_group(store, rank, size, timeout_s),
                                                   std::move(o), std::move(names), params, buffers);
            }),

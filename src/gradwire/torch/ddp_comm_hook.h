@@ -82,8 +82,9 @@ struct CommHookOptions {
   size_t bucket_bytes = 25u << 20;
   size_t first_bucket_bytes = 1u << 20;
   bool overlap = true;
-  // The link auto's cost model predicts exchanges with (the C++ path's --link-bandwidth;
-  // default 1 Gbit/s, 50 us). Only auto reads it; every rank must give the same.
+  // The link the cost model predicts exchanges with (the C++ path's --link-bandwidth;
+  // default 1 Gbit/s, 50 us): auto's, and the "auto" of quantized_path and
+  // sparse_aggregation. Every rank must give the same.
   comm::LinkModel link;
 };
 
