@@ -9,7 +9,8 @@
 //   <codec>/to_wire/<size>    the additive face (allreduce path): scale and convert
 //
 // Sparsifiers run at density 0.001 (the design's targets); every other codec at its
-// defaults. Counters: payload_bytes, ratio (input bytes / payload bytes) and, for the
+// defaults, and PowerSGD also at rank 16 (what auto and the e2e matrices run on gpt; its
+// products cost n m r). Counters: payload_bytes, ratio (input bytes / payload bytes) and, for the
 // threshold sparsifiers, the selected count against k and the passes over the input.
 //
 //   gradwire bench codecs --filter 'laplace-topk|ref' --size 25M
@@ -54,6 +55,7 @@ const CodecBench kCodecs[] = {
     {"signsgd", "signsgd:ef=0", "signsgd:ef=1", false},
     {"spectral", "spectral:ef=0", "spectral:ef=1", false},
     {"powersgd", "powersgd:ef=0", "powersgd:ef=1", false},
+    {"powersgd-r16", "powersgd:rank=16,ef=0", "powersgd:rank=16,ef=1", false},  // gpt's rank
 };
 
 void set_throughput(benchmark::State& state, size_t n) {

@@ -39,6 +39,7 @@
 
 #include "gradwire/compress/codecs.h"
 #include "gradwire/compress/layer_codecs.h"
+#include "gradwire/compress/lowrank/low_rank_kernels.h"
 
 namespace gradwire::compress {
 namespace {
@@ -69,44 +70,6 @@ uint64_t name_hash(const std::string& name) {
   uint64_t h = 0xcbf29ce484222325ULL;
   for (unsigned char c : name) h = (h ^ c) * 0x100000001b3ULL;
   return h;
-}
-
-[[gnu::noinline]] float dot(const float* __restrict a, const float* __restrict b, size_t n) {
-  float partial[kVectorBlock] = {};
-  size_t i = 0;
-  for (; i + kVectorBlock <= n; i += kVectorBlock) {
-    for (size_t j = 0; j < kVectorBlock; ++j) partial[j] += a[i + j] * b[i + j];
-  }
-  float sum = 0.0f;
-  for (; i < n; ++i) sum += a[i] * b[i];
-  for (float p : partial) sum += p;
-  return sum;
-}
-
-// y += alpha x
-[[gnu::noinline]] void axpy(float alpha, const float* __restrict x, float* __restrict y, size_t n) {
-  vector_loop(n, [=](size_t i) { y[i] += alpha * x[i]; });
-}
-
-// Gram-Schmidt, two passes, on `count` vectors of `length` floats held one after the other:
-// afterwards they are orthonormal, or zero where a vector lies in the span of those before
-// it (its norm after projection is 0). Projections and norms accumulate in double.
-void orthonormalise_vectors(std::span<float> vectors, size_t count, size_t length) {
-  for (size_t c = 0; c < count; ++c) {
-    float* v = &vectors[c * length];
-    for (int pass = 0; pass < 2; ++pass) {
-      for (size_t prev = 0; prev < c; ++prev) {
-        const float* u = &vectors[prev * length];
-        double proj = 0;
-        for (size_t i = 0; i < length; ++i) proj += double(u[i]) * v[i];
-        axpy(static_cast<float>(-proj), u, v, length);
-      }
-    }
-    double norm = 0;
-    for (size_t i = 0; i < length; ++i) norm += double(v[i]) * v[i];
-    norm = std::sqrt(norm);
-    for (size_t i = 0; i < length; ++i) v[i] = norm > 0 ? static_cast<float>(v[i] / norm) : 0.0f;
-  }
 }
 
 class PowerSgdCodec final : public Codec, public LowRankFace {
@@ -230,10 +193,7 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
     reader.get_array<float>(p, "P");
     reader.get_array<float>(qt, "Q");
     reader.expect_end("'powersgd' payload");
-    for (size_t i = 0; i < rows; ++i) {
-      for (size_t c = 0; c < rank; ++c)
-        axpy(p[i * rank + c], &qt[c * cols], &accum[i * cols], cols);
-    }
+    add_p_qt(shape(), p, qt, accum);
   }
 
   // Checkpoints (matrices only; a vector is sent as it is and has no state): the steps so
@@ -282,30 +242,18 @@ class PowerSgdCodec final : public Codec, public LowRankFace {
     }
   }
 
-  // p[i][c] = M[i,:] . Qt[c,:]
-  void multiply_mq(std::span<float> p) const {
-    for (size_t i = 0; i < rows_; ++i) {
-      for (size_t c = 0; c < rank_; ++c)
-        p[i * rank_ + c] = dot(&m_[i * cols_], &qt_[c * cols_], cols_);
-    }
-  }
+  LowRankShape shape() const { return {rows_, cols_, rank_}; }
 
-  // Qt[c,:] = sum_i P[i][c] M[i,:]
-  void multiply_mtp(std::span<float> q) const {
-    std::fill(q.begin(), q.end(), 0.0f);
-    for (size_t i = 0; i < rows_; ++i) {
-      for (size_t c = 0; c < rank_; ++c)
-        axpy(p_[i * rank_ + c], &m_[i * cols_], &q[c * cols_], cols_);
-    }
-  }
+  // P = M Q: p[i][c] = M[i,:] . Qt[c,:]
+  void multiply_mq(std::span<float> p) const { multiply_m_q(shape(), m_, qt_, p); }
 
-  // out[i,:] = sum_c P[i][c] Qt[c,:]
+  // Q = M^T P: Qt[c,:] = sum_i P[i][c] M[i,:]
+  void multiply_mtp(std::span<float> q) const { multiply_mt_p(shape(), m_, p_, q); }
+
+  // out = P Q^T: out[i,:] = sum_c P[i][c] Qt[c,:]
   void reconstruct(std::span<float> out) const {
     std::fill(out.begin(), out.end(), 0.0f);
-    for (size_t i = 0; i < rows_; ++i) {
-      for (size_t c = 0; c < rank_; ++c)
-        axpy(p_[i * rank_ + c], &qt_[c * cols_], &out[i * cols_], cols_);
-    }
+    add_p_qt(shape(), p_, qt_, out);
   }
 
   // Q's columns (Qt's rows) orthonormalised. One that vanished (a zero gradient made
