@@ -23,12 +23,14 @@ std::vector<CodecPlan> four_plans() {
 
 TEST(PlanTrialTest, PlansTakeTurnsAndAPlanNotAllowedWaitsForTheNextRound) {
   // Turn order powersgd (3), int8 (2), none (0); powersgd is held back in round 0 (the
-  // dense start): round 0 runs int8 and none, round 1 all three.
+  // dense start): round 0 runs int8 and none. A plan's first turn is its warm-up step,
+  // every later one a lead-in and a sample; powersgd's warm-up, after the first round,
+  // ends round 1 at once (its bound may rule the others out); round 2 runs all three.
   PlanTrial trial({3, 2, 0}, 4, "start of training");
   bool dense = true;
   const auto allowed = [&](size_t p) { return !(dense && p == 3); };
   std::vector<size_t> ran;
-  for (int round = 0; round < 3; ++round) {
+  for (int round = 0; round < 4; ++round) {
     for (size_t p = trial.next(allowed); p != PlanTrial::kNone; p = trial.next(allowed)) {
       ran.push_back(p);
       trial.record(100.0 + static_cast<double>(p), 1.0, false);
@@ -36,17 +38,27 @@ TEST(PlanTrialTest, PlansTakeTurnsAndAPlanNotAllowedWaitsForTheNextRound) {
     trial.next_round();
     dense = false;
   }
-  EXPECT_EQ(ran, (std::vector<size_t>{2, 0, 3, 2, 0, 3, 2, 0}));
-  EXPECT_EQ(trial.rounds(), 3u);
-  // Each plan's first step is a warm-up, not a sample.
+  EXPECT_EQ(ran, (std::vector<size_t>{2, 0, 3, 3, 3, 2, 2, 0, 0, 3, 3, 2, 2, 0, 0}));
+  EXPECT_EQ(trial.rounds(), 4u);
+  // Neither a warm-up nor a lead-in is a sample.
   EXPECT_EQ(trial.samples(2), 2u);
   EXPECT_EQ(trial.samples(0), 2u);
-  EXPECT_EQ(trial.samples(3), 1u);
-  EXPECT_EQ(trial.fewest_samples(), 1u);
-  // A plan that leaves takes its turn with it; the others keep theirs.
+  EXPECT_EQ(trial.samples(3), 2u);
+  EXPECT_EQ(trial.steps(2), 5u);
+  EXPECT_EQ(trial.steps(3), 5u);
+  EXPECT_EQ(trial.fewest_samples(), 2u);
+  // A lead-in keeps the turn: the plan's next step is its sample.
   trial.next_round();
   ASSERT_EQ(trial.next(allowed), 3u);
+  EXPECT_TRUE(trial.lead_in_next(3));
   trial.record(103, 1, false);
+  EXPECT_FALSE(trial.lead_in_next(3));
+  EXPECT_EQ(trial.samples(3), 2u);
+  ASSERT_EQ(trial.next(allowed), 3u);
+  trial.record(103, 1, false);
+  EXPECT_EQ(trial.samples(3), 3u);
+  // A plan that leaves takes its turn with it; the others keep theirs.
+  ASSERT_EQ(trial.next(allowed), 2u);
   trial.leave(2, false);  // int8, whose turn it was: none's comes
   EXPECT_EQ(trial.running(), (std::vector<size_t>{3, 0}));
   EXPECT_EQ(trial.next(allowed), 0u);
@@ -60,20 +72,24 @@ TEST(PlanTrialTest, PlansTakeTurnsAndAPlanNotAllowedWaitsForTheNextRound) {
 TEST(PlanTrialTest, AFigureCountsByTheProposedLayoutOnceMeasuredEnoughAndFaster) {
   PlanTrial trial({0}, 1, "x");
   const auto all = [](size_t) { return true; };
-  // Warm-up, then 4 steps on the first layout (100, 102, 98, 101) and 2 on the proposal
+  // Warm-up, then 6 turns, each a lead-in (900 ms: what another plan left behind, not a
+  // sample) and a sample: 4 on the first layout (100, 102, 98, 101) and 2 on the proposal
   // (80, 82); waits 10 ms on each.
   const std::vector<std::pair<double, bool>> steps = {
-      {500, false}, {100, false}, {80, true}, {102, false}, {82, true}, {98, false}, {101, false}};
+      {500, false}, {900, false}, {100, false}, {900, true}, {80, true},
+      {900, false}, {102, false}, {900, true},  {82, true},  {900, false},
+      {98, false},  {900, false}, {101, false}};
   for (const auto& [ms, proposal] : steps) {
+    if (trial.next(all) == PlanTrial::kNone) trial.next_round();
     ASSERT_EQ(trial.next(all), 0u);
     trial.record(ms, 10, proposal);
-    trial.next_round();
   }
   const std::vector<float> local = trial.local_figures();
   ASSERT_EQ(local.size(), PlanTrial::kFloatsPerPlan);
   EXPECT_FLOAT_EQ(local[0], 100.5f);  // median of the first layout's 4
   EXPECT_FLOAT_EQ(local[1], 81.0f);
   EXPECT_FLOAT_EQ(local[4], 10.0f);
+  EXPECT_FLOAT_EQ(local[5], 500.0f);  // the warm-up
   // Two proposal samples: not yet enough for 3, the first layout's figure stands.
   auto figures = trial.agree(local, 3);
   EXPECT_FALSE(figures[0].by_proposal);
@@ -93,14 +109,15 @@ TEST(PlanTrialTest, AFigureCountsByTheProposedLayoutOnceMeasuredEnoughAndFaster)
 }
 
 TEST(PlanTrialTest, ATrialInProgressComesBackFromItsState) {
-  PlanTrial trial({1, 0}, 3, "scheduled measurement");
+  PlanTrial trial({1, 0, 2}, 3, "scheduled measurement");
   const auto all = [](size_t) { return true; };
-  for (double ms : {50.0, 60.0, 51.0}) {
+  // Warm-ups of 1, 0 and 2, a turn of 1 (lead-in, sample), the lead-in of 0: mid-turn.
+  for (double ms : {50.0, 60.0, 70.0, 51.0, 52.0, 61.0}) {
     if (trial.next(all) == PlanTrial::kNone) trial.next_round();
     trial.next(all);
     trial.record(ms, 2, false);
   }
-  trial.leave(0, true);
+  trial.leave(2, true);
   Bytes bytes;
   ByteWriter writer(bytes);
   trial.save_state(writer);
@@ -113,6 +130,11 @@ TEST(PlanTrialTest, ATrialInProgressComesBackFromItsState) {
   EXPECT_EQ(loaded.why(), "scheduled measurement");
   EXPECT_EQ(loaded.local_figures(), trial.local_figures());
   EXPECT_EQ(loaded.rounds(), trial.rounds());
+  // It resumes mid-turn: plan 0's sample comes next.
+  EXPECT_EQ(loaded.next(all), 0u);
+  EXPECT_FALSE(loaded.lead_in_next(0));
+  EXPECT_EQ(loaded.samples(1), 1u);
+  EXPECT_EQ(loaded.steps(0), 2u);
   ByteReader short_reader(bytes);
   PlanTrial wrong;
   EXPECT_THROW(wrong.load_state(short_reader, 2), PayloadError);  // another plan count

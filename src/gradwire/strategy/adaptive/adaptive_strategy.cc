@@ -287,6 +287,7 @@ void AdaptiveStrategy::advance_trial() {
                                   "{\"plan\":\"" + options_.plans[next].name + "\"}");
       }
       active_ = next;
+      if (trial_.lead_in_next(next)) plans_[next]->mark_next_step_lead_in();
       return;
     }
     if (pass == 1 || !settle_round()) break;
@@ -314,7 +315,7 @@ bool AdaptiveStrategy::settle_round() {
     measured_ms_[p] = figures[p].step_ms;
     noise_ms_[p] = figures[p].noise_ms;
     wait_ms_[p] = figures[p].wait_ms;
-    trial_steps_of_[p] = figures[p].samples + 1;
+    trial_steps_of_[p] = trial_.steps(p);
   }
   rule_out_running(figures);
   TrialVerdict verdict = settle_trial(

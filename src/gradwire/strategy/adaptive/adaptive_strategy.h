@@ -3,8 +3,9 @@
 //
 //   auto[:plans=none/fp16/int8/powersgd,rank=8,penalty=0.096,dense=2,trial=5,trial_max=20,
 //         regimes=off,window=50,eta=0.5,reprobe=2000,prune=2]
-//     Measures, then picks. A trial interleaves its plans' steps, one each in turn
-//     (plan_trial.h); a step's time is the wall time between two synchronize() returns
+//     Measures, then picks. A trial interleaves its plans' steps, two each in turn, the
+//     second measured (plan_trial.h: the first pays what the previous plan's step left
+//     behind); a step's time is the wall time between two synchronize() returns
 //     (forward, backward, the exchange not hidden by backward, the optimizer step: what
 //     the user waits for). Each plan's first step in a trial warms it up. The trial's
 //     steps are training steps: every plan in it trains the model. After every round the
@@ -12,30 +13,27 @@
 //     standard error and the median time its synchronize() waited after backward, and
 //     settle_trial() (codec_plan.h) lets plans go once `trial` steps of each are measured:
 //     the resolved losers, those within the tie of the leader, those the trial's budget
-//     (`trial_max` steps a plan) could not resolve. When unresolved plans remain at the
-//     end the cost model's prediction chooses among them, not the noise.
-//     A plan's own measured bucket layout (AllreduceStrategy) takes turns with its first
-//     layout on the plan's own steps; the plan counts by the faster layout's median once
-//     the proposal has 3 measured steps (or `trial`, when fewer).
-//     The first `dense` steps of training run no plan that compresses (PowerSGD's
-//     quality evidence: DDP's hook starts it after its own dense steps, and auto's start
-//     at 2 reaches the targets, docs/results/auto-penalty); plans that compress join the
-//     trial's turns from then. Plans that compress are charged `penalty` for the steps
-//     they may cost. With `regimes=on`, Accordion's RegimeDetector over the gradient norm
-//     keeps them out of critical regimes after the start too, and a learning-rate decay
-//     (to half the rate at the last window end or less: a step schedule's; a warm-up's
-//     rise is none) starts a critical regime and a trial; off by default (issue 62: the
-//     critical windows cost more time than the quality they protect).
-//     It measures again every `reprobe` steps (0: never).
-//     The cost model (comm/cost_model.h, over the base options' link) predicts each plan's
-//     exchange per step at this world when training starts. A trial turns through its
-//     plans from the least predicted exchange to the most, and rules out, without
-//     measuring it further, a plan whose predicted exchange alone exceeds `prune` times the
-//     fastest step measured (agreed by all ranks) so far (a step cannot be shorter than its
-//     exchange; 0: never), and every plan that cannot beat the most faithful plan measured
-//     by the tie even if it saved all that plan's wait after backward (cannot_beat(),
-//     codec_plan.h: on a fast link, where the exchange hides under backward, no codec is
-//     worth its trial steps). A plan that cannot run at this world (int8 beyond 127 ranks
+//     (`trial_max` measured steps a plan, each after a lead-in) could not resolve. When unresolved
+//     plans remain at the end the cost model's prediction chooses among them, not the noise. A
+//     plan's own measured bucket layout (AllreduceStrategy) takes turns with its first layout on
+//     the plan's own steps; the plan counts by the faster layout's median once the proposal has 3
+//     measured steps (or `trial`, when fewer). The first `dense` steps of training run no plan that
+//     compresses (PowerSGD's quality evidence: DDP's hook starts it after its own dense steps, and
+//     auto's start at 2 reaches the targets, docs/results/auto-penalty); plans that compress join
+//     the trial's turns from then. Plans that compress are charged `penalty` for the steps they may
+//     cost. With `regimes=on`, Accordion's RegimeDetector over the gradient norm keeps them out of
+//     critical regimes after the start too, and a learning-rate decay (to half the rate at the last
+//     window end or less: a step schedule's; a warm-up's rise is none) starts a critical regime and
+//     a trial; off by default (issue 62: the critical windows cost more time than the quality they
+//     protect). It measures again every `reprobe` steps (0: never). The cost model
+//     (comm/cost_model.h, over the base options' link) predicts each plan's exchange per step at
+//     this world when training starts. A trial turns through its plans from the least predicted
+//     exchange to the most, and rules out, without measuring it further, a plan whose predicted
+//     exchange alone exceeds `prune` times the fastest step measured (agreed by all ranks) so far
+//     (a step cannot be shorter than its exchange; 0: never), and every plan that cannot beat the
+//     most faithful plan measured by the tie even if it saved all that plan's wait after backward
+//     (cannot_beat(), codec_plan.h: on a fast link, where the exchange hides under backward, no
+//     codec is worth its trial steps). A plan that cannot run at this world (int8 beyond 127 ranks
 //     with the quantized path forced to its ring) is left out at start.
 //     Plan `fit` (listed, not a default: it lost to the best uniform plan in every whole
 //     run measured, docs/RESULTS.md) is a choice per bucket among the uniform plans

@@ -33,8 +33,16 @@ PlanTrial::PlanTrial(std::vector<size_t> order, size_t plan_count, std::string w
 void PlanTrial::record(double step_ms, double wait_ms, bool on_proposal) {
   if (turn_ >= running_.size()) throw Error("PlanTrial::record: no plan's turn");
   Samples& s = per_plan_[running_[turn_]];
-  if (s.runs == 0) s.warmup = step_ms;
-  if (s.runs++ > 0 && step_ms > 0) {
+  const uint64_t before = s.runs++;
+  if (before == 0) {
+    s.warmup = step_ms;  // the warm-up: a turn of its own
+    if (rounds_ > 0) {
+      turn_ = running_.size();  // a late warm-up ends its round
+      return;
+    }
+  } else if (before % kStepsPerTurn == 1) {
+    return;  // a lead-in: the plan's next step is its sample
+  } else if (step_ms > 0) {
     (on_proposal ? s.proposal : s.first).push_back(step_ms);
     s.wait.push_back(wait_ms);
   }
@@ -48,7 +56,15 @@ void PlanTrial::next_round() {
 
 size_t PlanTrial::samples(size_t plan) const {
   if (plan >= per_plan_.size() || per_plan_[plan].runs == 0) return 0;
-  return static_cast<size_t>(per_plan_[plan].runs - 1);
+  return static_cast<size_t>((per_plan_[plan].runs - 1) / kStepsPerTurn);
+}
+
+bool PlanTrial::lead_in_next(size_t plan) const {
+  return plan < per_plan_.size() && per_plan_[plan].runs % kStepsPerTurn == 1;
+}
+
+size_t PlanTrial::steps(size_t plan) const {
+  return plan < per_plan_.size() ? static_cast<size_t>(per_plan_[plan].runs) : 0;
 }
 
 size_t PlanTrial::fewest_samples() const {

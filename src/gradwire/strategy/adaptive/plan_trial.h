@@ -1,15 +1,31 @@
 // One measurement of auto's plans, their steps interleaved (ALGORITHMS.md 9).
 //
-// The plans of a trial take turns, one step each, in a fixed order: A B C A B C ... A
-// round is one turn of every plan still running that may run now (auto's `allowed`: a plan
-// that compresses waits out the dense start). Interleaving makes the plans share the
+// The plans of a trial take turns in a fixed order: a plan's first turn is one step, its
+// warm-up, every later turn two, A B C A A B B C C ... A round is one turn of every plan
+// still running that may run now (auto's `allowed`: a plan that compresses waits out the
+// dense start). Interleaving makes the plans share the
 // job's drift (the first steps' allocations and caches, a neighbour's load, the data):
-// each plan's figure is measured over the same stretch of training as the others'. A
-// plan's first step in a trial warms it up (allocations, PowerSGD's first factors) and is
-// not counted; each later step gives a sample: the step's wall time (between two
-// synchronize() returns), on the plan's first bucket layout or on the layout it proposes
-// (AllreduceStrategy's own comparison runs on the plan's own steps), and the time its
-// synchronize() waited for the exchange after backward.
+// each plan's figure is measured over the same stretch of training as the others'.
+//
+// Only a turn's second step is a sample. A step leaves work behind it that slows the next
+// step (its last bytes still draining from a shaped link's queue, its exchange thread's
+// tail): in a run of one plan every step pays its own plan's leftovers, but in a trial
+// the first step of a turn pays the previous plan's. Measured with one step a turn on cnn
+// at 100 Mbit (docs/results/e2e-cnn-4hosts-100mbit-auto-seeds): PowerSGD, which followed
+// int8, timed 82-85 ms a step and int8, which followed PowerSGD, 68-87 ms, where whole runs
+// of each took 68-73 and 76-82 ms; the trial chose int8 in two seeds of three. The first
+// step of a two-step turn (the lead-in) follows another plan's and is not a sample (nor,
+// on the plan's AllreduceStrategy, one of its layout's measured steps: it runs on the
+// layout of the sample after it); the second follows the plan's own, as every step of a
+// run of that plan does. A plan's first step, its warm-up (allocations, PowerSGD's first
+// factors), is no sample either, but bounds its step from above: in the round where the
+// plans warm up, the model rules the slowest out on that one step each. A plan that warms
+// up after the first round (held back by the dense start) ends its round there, so that
+// its warm-up can rule the others out before they run another turn. Each sample gives the step's
+// wall time (between two synchronize() returns), on the plan's first bucket layout or on the layout
+// it proposes (AllreduceStrategy's own comparison runs on the plan's own steps), and the time its
+// synchronize() waited for the exchange after backward. (A plan that `allowed` stops between its
+// lead-in and its sample, a regime change with regimes=on, takes its sample at its next turn.)
 //
 // PlanTrial keeps the turns and the samples; it has no collectives. After each round auto
 // agrees the ranks' figures (local_figures(): an allreduce-max, the slowest rank's) and
@@ -65,16 +81,25 @@ class PlanTrial {
     while (turn_ < running_.size() && !allowed(running_[turn_])) ++turn_;
     return turn_ < running_.size() ? running_[turn_] : kNone;
   }
+  // Steps a turn after a plan's first (its warm-up, a turn of one step): a lead-in, then
+  // the sample.
+  static constexpr size_t kStepsPerTurn = 2;
+
   // The step of the plan next() returned ran: its wall time (0: not timed), the time its
-  // synchronize() waited, and whether it ran the plan's proposed layout. Moves the turn on.
+  // synchronize() waited, and whether it ran the plan's proposed layout. A lead-in keeps
+  // the turn (the plan's next step is its sample); a sample moves it on.
   void record(double step_ms, double wait_ms, bool on_proposal);
   // Starts the next round (after the round's verdict).
   void next_round();
 
-  // Steps `plan` ran in this trial after its warm-up: its samples, and the steps that were
-  // not timed (the first after a resume), so that a resumed job settles its trial at the
-  // step the uninterrupted one did.
+  // Turns `plan` completed in this trial: its samples, and the sample steps that were not
+  // timed (the first after a resume), so that a resumed job settles its trial at the step
+  // the uninterrupted one did.
   size_t samples(size_t plan) const;
+  // Steps `plan` ran in this trial, lead-ins and warm-up included.
+  size_t steps(size_t plan) const;
+  // `plan`'s next step in this trial is a lead-in (not its warm-up, not a sample).
+  bool lead_in_next(size_t plan) const;
   // The fewest samples of any running plan.
   size_t fewest_samples() const;
   // This rank's figures of the running plans, kFloatsPerPlan each, in running() order:
@@ -97,7 +122,8 @@ class PlanTrial {
 
  private:
   struct Samples {
-    uint64_t runs = 0;             // steps run in this trial, the warm-up included
+    uint64_t runs = 0;             // steps run in this trial (the warm-up, then lead-in and
+                                   // sample by turns: even after a lead-in)
     double warmup = 0;             // the warm-up step's ms
     std::vector<double> first;     // step ms on the first layout
     std::vector<double> proposal;  // and on the proposed one

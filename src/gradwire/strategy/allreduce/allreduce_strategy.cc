@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cstring>
 #include <optional>
+#include <utility>
 
 #include "gradwire/compress/policy.h"
 #include "gradwire/core/error.h"
@@ -448,7 +449,7 @@ void AllreduceStrategy::synchronize(const FloatSpans& grads) {
   traffic_.bytes_dense += step_dense_.bytes_dense;
   traffic_.bytes_dense_on_wire += step_dense_.bytes_dense_on_wire;
   ++traffic_.steps;
-  if (!layout_done_) measure_layout_step(backward_end);
+  if (!std::exchange(lead_in_, false) && !layout_done_) measure_layout_step(backward_end);
 }
 
 void AllreduceStrategy::synchronize_additive(Bucket& bucket, const FloatSpans& grads) {

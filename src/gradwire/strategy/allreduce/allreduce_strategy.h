@@ -142,6 +142,10 @@ class AllreduceStrategy : public Strategy {
   // runs the proposal (the two take turns until judge_layout()).
   bool layout_comparing() const { return layout_trial_; }
   bool next_step_on_proposal() const { return layout_trial_ && trial_on_proposal_; }
+  // For the next step only: it is a lead-in of auto's trial (plan_trial.h), which pays the
+  // previous plan's leftovers. It runs on the layout of the step after it and is none of
+  // the layout's measured steps.
+  void mark_next_step_lead_in() { lead_in_ = true; }
   // While comparing: what the calibrated model predicts the proposal saves of the wait
   // after backward (from agreed figures). It predicted more than the check then measured
   // in every run of docs/results/overlap-layout/.
@@ -313,6 +317,7 @@ class AllreduceStrategy : public Strategy {
   std::vector<size_t> first_ends_, proposal_ends_;
   bool layout_trial_ = false;                    // the two layouts are being compared
   bool trial_on_proposal_ = false;               // this step runs the proposal
+  bool lead_in_ = false;                         // this step is not measured (auto's lead-in)
   static constexpr double kLayoutMargin = 0.01;  // what it must save to be kept
   static constexpr double kProposalGain = 0.9;   // the predicted wait, at most, to propose
   // What a bucket costs beyond the model's alpha (an executor wake-up, a rendezvous of the
