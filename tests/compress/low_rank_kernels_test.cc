@@ -30,6 +30,16 @@ void expect_close(const std::vector<float>& got, const std::vector<double>& want
   }
 }
 
+// out[i * cols + j] += sum_k a(i, k) b(k, j) in double, i < rows, j < cols, k < inner: each
+// kernel's definition, its operands read through index functions (row-major or transposed).
+template <typename A, typename B>
+void add_reference_product(size_t rows, size_t inner, size_t cols, A a, B b,
+                           std::vector<double>& out) {
+  for (size_t i = 0; i < rows; ++i)
+    for (size_t j = 0; j < cols; ++j)
+      for (size_t k = 0; k < inner; ++k) out[i * cols + j] += double(a(i, k)) * double(b(k, j));
+}
+
 const LowRankShape kShapes[] = {{1, 1, 1},  {2, 4, 4},   {3, 5, 1},   {7, 9, 2},    {5, 13, 3},
                                 {9, 31, 5}, {16, 64, 8}, {11, 33, 9}, {33, 17, 16}, {6, 130, 17}};
 
@@ -39,10 +49,9 @@ TEST(LowRankKernelsTest, MultiplyMQIsEachRowDotEachColumnOfQ) {
     std::vector<float> p(s.rows * s.rank, -1.0f);
     multiply_m_q(s, m, qt, p);
     std::vector<double> want(p.size(), 0.0);
-    for (size_t i = 0; i < s.rows; ++i)
-      for (size_t c = 0; c < s.rank; ++c)
-        for (size_t k = 0; k < s.cols; ++k)
-          want[i * s.rank + c] += double(m[i * s.cols + k]) * qt[c * s.cols + k];
+    add_reference_product(
+        s.rows, s.cols, s.rank, [&](size_t i, size_t k) { return m[i * s.cols + k]; },
+        [&](size_t k, size_t c) { return qt[c * s.cols + k]; }, want);
     expect_close(p, want, s.cols,
                  "P = M Q, " + std::to_string(s.rows) + "x" + std::to_string(s.cols) + " rank " +
                      std::to_string(s.rank));
@@ -55,10 +64,9 @@ TEST(LowRankKernelsTest, MultiplyMtPOverwritesQWithMTransposeP) {
     std::vector<float> qt(s.rank * s.cols, 123.0f);  // overwritten, not added to
     multiply_mt_p(s, m, p, qt);
     std::vector<double> want(qt.size(), 0.0);
-    for (size_t c = 0; c < s.rank; ++c)
-      for (size_t k = 0; k < s.cols; ++k)
-        for (size_t i = 0; i < s.rows; ++i)
-          want[c * s.cols + k] += double(p[i * s.rank + c]) * m[i * s.cols + k];
+    add_reference_product(
+        s.rank, s.rows, s.cols, [&](size_t c, size_t i) { return p[i * s.rank + c]; },
+        [&](size_t i, size_t k) { return m[i * s.cols + k]; }, want);
     expect_close(qt, want, s.rows, "Q = M^T P, rank " + std::to_string(s.rank));
   }
 }
@@ -69,10 +77,9 @@ TEST(LowRankKernelsTest, AddPQtAddsTheProductToWhatIsThere) {
     auto out = normals(s.rows * s.cols, 7);
     std::vector<double> want(out.begin(), out.end());
     add_p_qt(s, p, qt, out);
-    for (size_t i = 0; i < s.rows; ++i)
-      for (size_t k = 0; k < s.cols; ++k)
-        for (size_t c = 0; c < s.rank; ++c)
-          want[i * s.cols + k] += double(p[i * s.rank + c]) * qt[c * s.cols + k];
+    add_reference_product(
+        s.rows, s.rank, s.cols, [&](size_t i, size_t c) { return p[i * s.rank + c]; },
+        [&](size_t c, size_t k) { return qt[c * s.cols + k]; }, want);
     expect_close(out, want, s.rank + 1, "out += P Q^T, rank " + std::to_string(s.rank));
   }
 }
