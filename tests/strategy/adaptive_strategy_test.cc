@@ -180,6 +180,30 @@ TEST(AutoTest, AFastLinkSelectsNoneOrFp16) {
   }
 }
 
+TEST(AutoTest, OnALinkWhoseExchangesAreShortBesideAStepATurnIsOneStep) {
+  // The fast-link job of the test above with a 10 Gbit link that the model knows: none's
+  // exchange (1 MiB) is predicted at under 2 ms of a 40 ms step, below the share where the
+  // previous plan's leftovers could sway a sample (AdaptiveStrategy::kLeadInShare), so the
+  // turns after the warm-ups are samples alone. Steps 0 and 1: fp16's and none's warm-ups
+  // (the dense start); step 2: PowerSGD's, which ends its round; from step 3 one step a
+  // turn: PowerSGD, fp16, none (with lead-ins: PowerSGD twice, then fp16 twice).
+  RunSettings settings;
+  settings.codec = "auto:trial=3,trial_max=6,plans=none/fp16/powersgd";
+  settings.steps = 6;
+  settings.rows = 256;
+  settings.cols = 1024;
+  settings.compute = 40ms;
+  settings.link = comm::LinkModel::from_bandwidth(0, 10e9);
+  const auto runs = run_ranks(2, settings);
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(runs[r].plan_per_step,
+              (std::vector<std::string>{"fp16", "none", "powersgd", "powersgd", "fp16", "none"}))
+        << "rank " << r;
+    EXPECT_TRUE(runs[r].decisions.empty()) << "rank " << r;  // 1 sample each: no verdict yet
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+  }
+}
+
 TEST(AutoTest, TheModelRulesOutAPlanWhoseExchangeAloneExceedsTwiceTheBestStep) {
   // A 256 x 256 weight (256 KiB) over a simulated 0.25 MB/s link that the model knows:
   // int8's exchange is predicted at about 0.27 s, none's at 1.05 s. int8 runs first (least

@@ -123,7 +123,7 @@ TEST(PlanTrialTest, ATrialInProgressComesBackFromItsState) {
   trial.save_state(writer);
   PlanTrial loaded;
   ByteReader reader(bytes);
-  loaded.load_state(reader, 3);
+  loaded.load_state(reader, 3, true);
   reader.expect_end("trial state");
   EXPECT_EQ(loaded.running(), trial.running());
   EXPECT_EQ(loaded.contenders(), trial.contenders());
@@ -137,7 +137,85 @@ TEST(PlanTrialTest, ATrialInProgressComesBackFromItsState) {
   EXPECT_EQ(loaded.steps(0), 2u);
   ByteReader short_reader(bytes);
   PlanTrial wrong;
-  EXPECT_THROW(wrong.load_state(short_reader, 2), PayloadError);  // another plan count
+  EXPECT_THROW(wrong.load_state(short_reader, 2, true), PayloadError);  // another plan count
+}
+
+TEST(PlanTrialTest, WithoutLeadInsEveryTurnAfterTheWarmUpIsASample) {
+  // Lead-ins on for round 1, off from round 2: plan 1's turn then is one step, and so is
+  // a turn whose lead-in ran before the switch (its next step is its sample either way).
+  PlanTrial trial({1, 0}, 2, "start of training");
+  const auto all = [](size_t) { return true; };
+  std::vector<size_t> ran;
+  const auto run_round = [&] {
+    for (size_t p = trial.next(all); p != PlanTrial::kNone; p = trial.next(all)) {
+      ran.push_back(p);
+      trial.record(100.0 + static_cast<double>(p) + static_cast<double>(ran.size()), 1, false);
+    }
+    trial.next_round();
+  };
+  run_round();  // warm-ups
+  run_round();  // lead-in and sample each
+  trial.set_lead_ins(false);
+  EXPECT_FALSE(trial.lead_in_next(1));
+  run_round();
+  run_round();
+  EXPECT_EQ(ran, (std::vector<size_t>{1, 0, 1, 1, 0, 0, 1, 0, 1, 0}));
+  EXPECT_EQ(trial.samples(1), 3u);
+  EXPECT_EQ(trial.steps(1), 5u);
+  // Samples: plan 1's at ran positions 4, 7, 9 (ms 100 + 1 + position).
+  EXPECT_FLOAT_EQ(trial.local_figures()[0], 108.0f);
+  // Back on: the next turn leads in again.
+  trial.set_lead_ins(true);
+  EXPECT_TRUE(trial.lead_in_next(1));
+  ASSERT_EQ(trial.next(all), 1u);
+  trial.record(200, 1, false);
+  EXPECT_EQ(trial.next(all), 1u);
+  EXPECT_EQ(trial.samples(1), 3u);
+  // The switch is state: a trial saved without lead-ins resumes without them.
+  trial.set_lead_ins(false);
+  Bytes bytes;
+  ByteWriter writer(bytes);
+  trial.save_state(writer);
+  PlanTrial loaded;
+  ByteReader reader(bytes);
+  loaded.load_state(reader, 2, true);
+  EXPECT_FALSE(loaded.lead_ins());
+  EXPECT_FALSE(loaded.lead_in_next(0));
+  EXPECT_EQ(loaded.samples(0), 3u);
+}
+
+TEST(PlanTrialTest, AStateWithoutLeadInFieldsCountsItsTurnsFromItsSteps) {
+  // ADP6's trial state: PlanTrial's fields without the lead-in switch and the per-plan
+  // turn counts; every turn there led in. Plan 0: 4 steps (warm-up, a turn, a lead-in);
+  // plan 1: 3 (warm-up, a turn).
+  Bytes bytes;
+  ByteWriter out(bytes);
+  out.put<uint64_t>(2);  // running
+  out.put<uint64_t>(0);
+  out.put<uint64_t>(1);
+  out.put<uint64_t>(0);  // contenders
+  out.put<uint64_t>(0);  // turn
+  out.put<uint64_t>(2);  // rounds
+  out.put_string("start of training");
+  out.put<uint64_t>(2);  // plan count
+  for (uint64_t runs : {4, 3}) {
+    out.put<uint64_t>(runs);
+    out.put<double>(300);  // warm-up
+    out.put<uint64_t>(1);  // one sample on the first layout
+    out.put<double>(100);
+    out.put<uint64_t>(0);  // none on a proposal
+    out.put<uint64_t>(1);  // one wait
+    out.put<double>(2);
+  }
+  PlanTrial trial;
+  ByteReader in(bytes);
+  trial.load_state(in, 2, false);
+  in.expect_end("trial state");
+  EXPECT_TRUE(trial.lead_ins());
+  EXPECT_EQ(trial.samples(0), 1u);
+  EXPECT_EQ(trial.samples(1), 1u);
+  EXPECT_FALSE(trial.lead_in_next(0));  // its lead-in ran: its sample comes
+  EXPECT_TRUE(trial.lead_in_next(1));
 }
 
 // --- verdicts ------------------------------------------------------------------------------

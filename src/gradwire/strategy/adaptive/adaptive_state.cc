@@ -1,4 +1,4 @@
-// AdaptiveStrategy's checkpoint state (format ADP6; ADP5 and ADP4 are read too): what a
+// AdaptiveStrategy's checkpoint state (format ADP7; ADP6, ADP5 and ADP4 are read too): what a
 // resumed job needs to go on measuring and deciding as the uninterrupted job would.
 #include <memory>
 
@@ -12,13 +12,15 @@ namespace gradwire::strategy {
 // against, the detector, auto's measurements, the trial in progress (PlanTrial's state and
 // the plan whose turn it is), fit's state, policy and summary, one section per plan with
 // its AllreduceStrategy's state (empty for a fit not built), and the standard error of each
-// plan's measurement. ADP5 (and ADP4, without the standard errors) held a trial of one plan
-// after another: a trial in progress there is started again over its plans, interleaved.
-// The time of the last step's end is not state: the first step after a resume is timed from
-// the load, as the first step of a job is from start() (a little longer than a step).
+// plan's measurement. ADP6 is ADP7 with a trial that always led in (PlanTrial's state
+// without its lead-in fields). ADP5 (and ADP4, without the standard errors) held a trial of one
+// plan after another: a trial in progress there is started again over its plans, interleaved. The
+// time of the last step's end is not state: the first step after a resume is timed from the load,
+// as the first step of a job is from start() (a little longer than a step).
 namespace {
 
-constexpr uint32_t kAdaptiveStateTag = 0x36504441;   // "ADP6"
+constexpr uint32_t kAdaptiveStateTag = 0x37504441;   // "ADP7"
+constexpr uint32_t kAdaptiveStateTag6 = 0x36504441;  // "ADP6": a trial always led in
 constexpr uint32_t kAdaptiveStateTag5 = 0x35504441;  // "ADP5": trials one plan at a time
 constexpr uint32_t kAdaptiveStateTag4 = 0x34504441;  // "ADP4": before the plans' noise
 constexpr uint32_t kAdaptiveStateTag3 = 0x33504441;  // "ADP3": before the proposal samples
@@ -80,9 +82,10 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   if (tag == kAdaptiveStateTag3) {
     throw PayloadError("the checkpoint's " + options_.canonical +
                        " state is format ADP3, written by an older gradwire; this one reads "
-                       "ADP4 to ADP6: resume it with the gradwire that saved it");
+                       "ADP4 to ADP7: resume it with the gradwire that saved it");
   }
-  if (tag != kAdaptiveStateTag && tag != kAdaptiveStateTag5 && tag != kAdaptiveStateTag4) {
+  if (tag != kAdaptiveStateTag && tag != kAdaptiveStateTag6 && tag != kAdaptiveStateTag5 &&
+      tag != kAdaptiveStateTag4) {
     throw PayloadError("the checkpoint holds no " + options_.canonical +
                        " state where one was expected (was it saved with another codec?)");
   }
@@ -104,8 +107,10 @@ void AdaptiveStrategy::load_state(ByteReader& in) {
   auto ruled_out = get_vector<uint8_t>(in, "ruled out", plans);
   PlanTrial trial;
   size_t turn_plan = PlanTrial::kNone;
-  if (tag == kAdaptiveStateTag) {
-    if (in.get<uint8_t>("trial in progress") != 0) trial.load_state(in, plans);
+  if (tag == kAdaptiveStateTag || tag == kAdaptiveStateTag6) {
+    if (in.get<uint8_t>("trial in progress") != 0) {
+      trial.load_state(in, plans, tag == kAdaptiveStateTag);
+    }
     const auto turn = in.get<uint64_t>("trial turn plan");
     if (turn > plans || (turn < plans && !trial.active())) {
       throw PayloadError("the checkpoint's trial turn does not fit " + options_.canonical);

@@ -329,7 +329,10 @@ bool AdaptiveStrategy::settle_round() {
     trial_.leave(p, std::find(verdict.unresolved.begin(), verdict.unresolved.end(), p) !=
                         verdict.unresolved.end());
   }
-  if (!verdict.finished) return true;
+  if (!verdict.finished) {
+    trial_.set_lead_ins(trial_needs_lead_ins(figures));
+    return true;
+  }
   // fit: built from this trial's measurements, interleaved with the choice in a trial of
   // its own.
   if (verdict.choice < options_.plans.size() && build_fit() && !rule_out(fit_)) {
@@ -374,6 +377,22 @@ void AdaptiveStrategy::rule_out_running(std::span<const TrialFigure> figures) {
       trial_.leave(p, false);
     }
   }
+}
+
+bool AdaptiveStrategy::trial_needs_lead_ins(std::span<const TrialFigure> figures) const {
+  // Measured (ALGORITHMS.md 9): with one step a turn the leftovers of int8's exchange, 23-28
+  // ms predicted, 24-29% of the fastest step, made PowerSGD's samples 15-20% slow and the
+  // trial chose int8 (cnn at 100 Mbit, cnn-wide at 1 Gbit); none's 11 ms at 10 Gbit (10%
+  // of cnn-wide's step, 2% of gpt's) left verdicts that matched whole runs, and lead-ins
+  // there doubled the trial (48-64 steps of 235 against 22-31) for no other choice.
+  double longest_exchange = 0, fastest = 0;
+  for (size_t p : trial_.running()) {
+    if (!(predicted_ms_[p] > 0)) return true;  // unknown: lead in
+    longest_exchange = std::max(longest_exchange, predicted_ms_[p]);
+    const double figure = figures[p].step_ms > 0 ? figures[p].step_ms : figures[p].warmup_ms;
+    if (figure > 0 && (fastest == 0 || figure < fastest)) fastest = figure;
+  }
+  return !(fastest > 0) || longest_exchange >= kLeadInShare * fastest;
 }
 
 std::vector<double> AdaptiveStrategy::optimistic_figures(

@@ -40,11 +40,16 @@ void PlanTrial::record(double step_ms, double wait_ms, bool on_proposal) {
       turn_ = running_.size();  // a late warm-up ends its round
       return;
     }
-  } else if (before % kStepsPerTurn == 1) {
+  } else if (lead_ins_ && !s.led_in) {
+    s.led_in = true;
     return;  // a lead-in: the plan's next step is its sample
-  } else if (step_ms > 0) {
-    (on_proposal ? s.proposal : s.first).push_back(step_ms);
-    s.wait.push_back(wait_ms);
+  } else {
+    s.led_in = false;
+    ++s.turns;
+    if (step_ms > 0) {
+      (on_proposal ? s.proposal : s.first).push_back(step_ms);
+      s.wait.push_back(wait_ms);
+    }
   }
   ++turn_;
 }
@@ -55,12 +60,12 @@ void PlanTrial::next_round() {
 }
 
 size_t PlanTrial::samples(size_t plan) const {
-  if (plan >= per_plan_.size() || per_plan_[plan].runs == 0) return 0;
-  return static_cast<size_t>((per_plan_[plan].runs - 1) / kStepsPerTurn);
+  return plan < per_plan_.size() ? static_cast<size_t>(per_plan_[plan].turns) : 0;
 }
 
 bool PlanTrial::lead_in_next(size_t plan) const {
-  return plan < per_plan_.size() && per_plan_[plan].runs % kStepsPerTurn == 1;
+  return plan < per_plan_.size() && lead_ins_ && per_plan_[plan].runs > 0 &&
+         !per_plan_[plan].led_in;
 }
 
 size_t PlanTrial::steps(size_t plan) const {
@@ -134,9 +139,12 @@ void PlanTrial::save_state(ByteWriter& out) const {
   out.put<uint64_t>(turn_);
   out.put<uint64_t>(rounds_);
   out.put_string(why_);
+  out.put<uint8_t>(lead_ins_);
   out.put<uint64_t>(per_plan_.size());
   for (const Samples& s : per_plan_) {
     out.put<uint64_t>(s.runs);
+    out.put<uint64_t>(s.turns);
+    out.put<uint8_t>(s.led_in);
     out.put<double>(s.warmup);
     put_doubles(out, s.first);
     put_doubles(out, s.proposal);
@@ -144,7 +152,7 @@ void PlanTrial::save_state(ByteWriter& out) const {
   }
 }
 
-void PlanTrial::load_state(ByteReader& in, size_t plan_count) {
+void PlanTrial::load_state(ByteReader& in, size_t plan_count, bool with_lead_ins) {
   const auto read_plans = [&](const char* field) {
     const auto size = in.get<uint64_t>(field);
     if (size > plan_count) throw PayloadError(std::string(field) + ": too many plans");
@@ -160,12 +168,23 @@ void PlanTrial::load_state(ByteReader& in, size_t plan_count) {
   const auto turn = in.get<uint64_t>("trial turn");
   const auto rounds = in.get<uint64_t>("trial rounds");
   std::string why = in.get_string("trial reason");
+  const bool lead_ins = with_lead_ins ? in.get<uint8_t>("trial lead-ins") != 0 : true;
   if (in.get<uint64_t>("trial plan count") != plan_count || turn > running.size()) {
     throw PayloadError("the checkpoint's trial does not fit this codec's plans");
   }
   std::vector<Samples> per_plan(plan_count);
   for (Samples& s : per_plan) {
     s.runs = in.get<uint64_t>("trial runs");
+    if (with_lead_ins) {
+      s.turns = in.get<uint64_t>("trial turns");
+      s.led_in = in.get<uint8_t>("trial lead-in") != 0;
+      if (s.turns > s.runs || (s.led_in && s.runs == 0)) {
+        throw PayloadError("the checkpoint's trial counts more turns than steps");
+      }
+    } else if (s.runs > 0) {  // every turn after the warm-up was a lead-in and a sample
+      s.turns = (s.runs - 1) / 2;
+      s.led_in = (s.runs - 1) % 2 == 1;
+    }
     s.warmup = in.get<double>("trial warm-up");
     s.first = get_doubles(in, "trial samples");
     s.proposal = get_doubles(in, "trial samples on a proposal");
@@ -176,6 +195,7 @@ void PlanTrial::load_state(ByteReader& in, size_t plan_count) {
   turn_ = static_cast<size_t>(turn);
   rounds_ = static_cast<size_t>(rounds);
   why_ = std::move(why);
+  lead_ins_ = lead_ins;
   per_plan_ = std::move(per_plan);
 }
 

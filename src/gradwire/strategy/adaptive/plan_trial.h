@@ -1,13 +1,15 @@
 // One measurement of auto's plans, their steps interleaved (ALGORITHMS.md 9).
 //
 // The plans of a trial take turns in a fixed order: a plan's first turn is one step, its
-// warm-up, every later turn two, A B C A A B B C C ... A round is one turn of every plan
+// warm-up, every later turn two (with lead-ins, below) or one, A B C A A B B C C ... A
+// round is one turn of every plan
 // still running that may run now (auto's `allowed`: a plan that compresses waits out the
 // dense start). Interleaving makes the plans share the
 // job's drift (the first steps' allocations and caches, a neighbour's load, the data):
 // each plan's figure is measured over the same stretch of training as the others'.
 //
-// Only a turn's second step is a sample. A step leaves work behind it that slows the next
+// With lead-ins, only a turn's second step is a sample. A step leaves work behind it that
+// slows the next
 // step (its last bytes still draining from a shaped link's queue, its exchange thread's
 // tail): in a run of one plan every step pays its own plan's leftovers, but in a trial
 // the first step of a turn pays the previous plan's. Measured with one step a turn on cnn
@@ -17,7 +19,10 @@
 // step of a two-step turn (the lead-in) follows another plan's and is not a sample (nor,
 // on the plan's AllreduceStrategy, one of its layout's measured steps: it runs on the
 // layout of the sample after it); the second follows the plan's own, as every step of a
-// run of that plan does. A plan's first step, its warm-up (allocations, PowerSGD's first
+// run of that plan does. Lead-ins are auto's choice, made round by round
+// (set_lead_ins()): a lead-in doubles what a losing plan's sample costs, and where the
+// exchanges are short beside a step the leftovers are too (AdaptiveStrategy::
+// trial_needs_lead_ins()). A plan's first step, its warm-up (allocations, PowerSGD's first
 // factors), is no sample either, but bounds its step from above: in the round where the
 // plans warm up, the model rules the slowest out on that one step each. A plan that warms
 // up after the first round (held back by the dense start) ends its round there, so that
@@ -81,9 +86,10 @@ class PlanTrial {
     while (turn_ < running_.size() && !allowed(running_[turn_])) ++turn_;
     return turn_ < running_.size() ? running_[turn_] : kNone;
   }
-  // Steps a turn after a plan's first (its warm-up, a turn of one step): a lead-in, then
-  // the sample.
-  static constexpr size_t kStepsPerTurn = 2;
+  // Whether a turn after a plan's warm-up is a lead-in and a sample (true, the default) or
+  // the sample alone, from the next turn on: set between rounds, the same on every rank.
+  void set_lead_ins(bool on) { lead_ins_ = on; }
+  bool lead_ins() const { return lead_ins_; }
 
   // The step of the plan next() returned ran: its wall time (0: not timed), the time its
   // synchronize() waited, and whether it ran the plan's proposed layout. A lead-in keeps
@@ -117,13 +123,16 @@ class PlanTrial {
   void join(size_t plan);
 
   void save_state(ByteWriter& out) const;
-  // Throws PayloadError for a state that does not fit `plan_count` plans.
-  void load_state(ByteReader& in, size_t plan_count);
+  // Throws PayloadError for a state that does not fit `plan_count` plans. `with_lead_ins`:
+  // the state holds the lead-in fields (AdaptiveStrategy's ADP7); one without (ADP6) was
+  // written by a trial that always led in, and its turns are counted from its steps.
+  void load_state(ByteReader& in, size_t plan_count, bool with_lead_ins);
 
  private:
   struct Samples {
-    uint64_t runs = 0;             // steps run in this trial (the warm-up, then lead-in and
-                                   // sample by turns: even after a lead-in)
+    uint64_t runs = 0;             // steps run in this trial, warm-up and lead-ins included
+    uint64_t turns = 0;            // turns completed after the warm-up (samples, timed or not)
+    bool led_in = false;           // the lead-in of the turn in progress ran
     double warmup = 0;             // the warm-up step's ms
     std::vector<double> first;     // step ms on the first layout
     std::vector<double> proposal;  // and on the proposed one
@@ -133,6 +142,7 @@ class PlanTrial {
   std::vector<size_t> contenders_;
   size_t turn_ = 0;
   size_t rounds_ = 0;
+  bool lead_ins_ = true;
   std::vector<Samples> per_plan_;
   std::string why_;
 };
