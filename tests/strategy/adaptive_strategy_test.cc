@@ -450,10 +450,11 @@ TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
       EXPECT_NE(std::string(e.what()).find("ADP3"), std::string::npos) << e.what();
     }
     // The formats before: ADP5 held a trial as a queue of plans measured one after another
-    // where ADP6 holds PlanTrial's state; with no trial in progress (the decision came at
+    // where ADP7 holds PlanTrial's state; with no trial in progress (the decision came at
     // step 14) that is an empty queue, position 0, no steps, no samples and no reason where
-    // ADP6 has "no trial" and the turn's plan. ADP4 is ADP5 without the noise at its end.
-    // Both load, ADP4's noise unknown.
+    // ADP7 has "no trial" and the turn's plan. ADP4 is ADP5 without the noise at its end.
+    // ADP6 differs from ADP7 only in a trial in progress (its lead-in fields: PlanTrialTest).
+    // All load, ADP4's noise unknown.
     // tag, plan count, active, step; regime and rate; detector; measured ms and trial
     // steps per plan (3 plans); ruled out.
     constexpr size_t kTrialAt = 4 + 3 * 8 + (1 + 1 + 8 + 1) + 35 + 2 * (8 + 3 * 8) + (8 + 3);
@@ -471,6 +472,9 @@ TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
       reader.expect_end(tag);
       return loaded;
     };
+    auto sixth = load_as(state, "ADP6");
+    EXPECT_EQ(dynamic_cast<AdaptiveStrategy*>(sixth.get())->active_plan().name,
+              dynamic_cast<AdaptiveStrategy*>(first.get())->active_plan().name);
     auto fourth = load_as(older5, "ADP5");
     EXPECT_EQ(dynamic_cast<AdaptiveStrategy*>(fourth.get())->active_plan().name,
               dynamic_cast<AdaptiveStrategy*>(first.get())->active_plan().name);
@@ -485,7 +489,7 @@ TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
     }
     ByteReader reader(state);
     second->load_state(reader);
-    reader.expect_end("ADP6 state");
+    reader.expect_end("ADP7 state");
     auto* a = dynamic_cast<AdaptiveStrategy*>(first.get());
     auto* b = dynamic_cast<AdaptiveStrategy*>(second.get());
     saved_plan[rank] = a->active_plan().name + " " + a->active_plan().policy;
