@@ -44,11 +44,14 @@ EXCHANGE = ("encode", "communicate", "decode")  # the exchange thread's spans
 COLUMNS = ["step", "forward", "backward", "exposed wait", "update", "other", "exchange busy"]
 
 
-def rank_steps(spans):
-    """Per step of one rank: the columns above, in ms (cycles with an evaluation dropped)."""
-    train = sorted((e for e in spans if e["name"] not in EXCHANGE), key=lambda e: e["ts"])
-    exchange = sorted((e for e in spans if e["name"] in EXCHANGE), key=lambda e: e["ts"])
-    # A cycle starts at the first forward after an update (micro-batches: several forwards).
+def training_spans(spans):
+    """One rank's spans of the training thread, in time order."""
+    return sorted((e for e in spans if e["name"] not in EXCHANGE), key=lambda e: e["ts"])
+
+
+def cycle_starts(train):
+    """Where each step starts: the first forward after an update (micro-batches: several
+    forwards)."""
     starts, after_update = [], True
     for e in train:
         if e["name"] == "forward" and after_update:
@@ -56,6 +59,14 @@ def rank_steps(spans):
             after_update = False
         elif e["name"] == "step":
             after_update = True
+    return starts
+
+
+def rank_steps(spans):
+    """Per step of one rank: the columns above, in ms (cycles with an evaluation dropped)."""
+    train = training_spans(spans)
+    exchange = sorted((e for e in spans if e["name"] in EXCHANGE), key=lambda e: e["ts"])
+    starts = cycle_starts(train)
     rows = []
     i = j = 0
     for k in range(len(starts) - 1):

@@ -34,22 +34,9 @@ def first_decision(metrics_path):
     sys.exit(f"trial_breakdown.py: no codec decision in {metrics_path}")
 
 
-def cycle_starts(spans):
-    """The start of each step on one rank (step_breakdown.rank_steps' cycles)."""
-    train = sorted((e for e in spans if e["name"] not in sb.EXCHANGE), key=lambda e: e["ts"])
-    starts, after_update = [], True
-    for e in train:
-        if e["name"] == "forward" and after_update:
-            starts.append(e["ts"])
-            after_update = False
-        elif e["name"] == "step":
-            after_update = True
-    return starts
-
-
 def label_steps(spans, decision, chosen):
     """(plan, part) for every step of one rank."""
-    starts = cycle_starts(spans)
+    starts = sb.cycle_starts(sb.training_spans(spans))
     marks = sorted((e["ts"], e.get("args", {}).get("plan"))
                    for e in spans if e["name"] == "codec trial")
     plans = []

@@ -152,19 +152,25 @@ TEST(AutoTest, ASlowLinkSelectsPowerSgdAfterTheDenseStartInAnInterleavedTrial) {
   }
 }
 
+// A 256 x 1024 weight, 40 ms of compute a step, auto choosing among none, fp16 and
+// PowerSGD from 3 samples each (at most 6): no simulated link.
+RunSettings fast_link_job(int steps) {
+  RunSettings settings;
+  settings.codec = "auto:trial=3,trial_max=6,plans=none/fp16/powersgd";
+  settings.steps = steps;
+  settings.rows = 256;
+  settings.cols = 1024;
+  settings.compute = 40ms;
+  return settings;
+}
+
 TEST(AutoTest, AFastLinkSelectsNoneOrFp16) {
   // No simulated link: every plan's step is its 40 ms of compute, PowerSGD cannot win by
   // its penalty (9.6%; the median of 3 steps keeps a noisy machine's hiccups out). The trial
   // ends when its verdicts resolve, the plans fall within the tie, or the budget is spent
   // (trial_max 6: 2 steps of the dense start, then at most 7 rounds of 3 steps: a
   // decision by step 23).
-  RunSettings settings;
-  settings.codec = "auto:trial=3,trial_max=6,plans=none/fp16/powersgd";
-  settings.steps = 27;
-  settings.rows = 256;
-  settings.cols = 1024;
-  settings.compute = 40ms;
-  const auto runs = run_ranks(2, settings);
+  const auto runs = run_ranks(2, fast_link_job(27));
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(runs[r].decisions.size(), 1u) << "rank " << r;
     const std::string last = runs[r].decisions.back().second;
@@ -187,12 +193,7 @@ TEST(AutoTest, OnALinkWhoseExchangesAreShortBesideAStepATurnIsOneStep) {
   // turns after the warm-ups are samples alone. Steps 0 and 1: fp16's and none's warm-ups
   // (the dense start); step 2: PowerSGD's, which ends its round; from step 3 one step a
   // turn: PowerSGD, fp16, none (with lead-ins: PowerSGD twice, then fp16 twice).
-  RunSettings settings;
-  settings.codec = "auto:trial=3,trial_max=6,plans=none/fp16/powersgd";
-  settings.steps = 6;
-  settings.rows = 256;
-  settings.cols = 1024;
-  settings.compute = 40ms;
+  RunSettings settings = fast_link_job(6);
   settings.link = comm::LinkModel::from_bandwidth(0, 10e9);
   const auto runs = run_ranks(2, settings);
   for (int r = 0; r < 2; ++r) {
