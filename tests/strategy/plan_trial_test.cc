@@ -5,6 +5,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstring>
 #include <vector>
 
 #include "gradwire/core/error.h"
@@ -182,6 +183,19 @@ TEST(PlanTrialTest, WithoutLeadInsEveryTurnAfterTheWarmUpIsASample) {
   EXPECT_FALSE(loaded.lead_ins());
   EXPECT_FALSE(loaded.lead_in_next(0));
   EXPECT_EQ(loaded.samples(0), 3u);
+  // A state that counts more turns than steps is refused: plan 0's turns (after its runs,
+  // per plan: runs, turns, lead-in flag) raised beyond its 5 steps.
+  Bytes corrupt = bytes;
+  const size_t header = 8 + 2 * 8 + 8 + 8 + 8 + (4 + std::string("start of training").size()) + 1 +
+                        8;  // running, contenders, turn, rounds, why, lead-ins, count
+  uint64_t turns = 0;
+  std::memcpy(&turns, corrupt.data() + header + 8, sizeof turns);
+  ASSERT_EQ(turns, 3u);
+  turns = 6;
+  std::memcpy(corrupt.data() + header + 8, &turns, sizeof turns);
+  ByteReader corrupt_reader(corrupt);
+  PlanTrial refused;
+  EXPECT_THROW(refused.load_state(corrupt_reader, 2, true), PayloadError);
 }
 
 TEST(PlanTrialTest, AStateWithoutLeadInFieldsCountsItsTurnsFromItsSteps) {

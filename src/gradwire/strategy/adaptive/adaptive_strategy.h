@@ -140,13 +140,13 @@ class AdaptiveStrategy : public Strategy {
   // settle_round()'s model rules over the running plans' agreed `figures` (indexed by
   // plan): a plan the cost model rules out (rule_out(), against the fastest figure or
   // warm-up step), or one that cannot beat the most faithful plan measured, leaves.
+  void rule_out_running(std::span<const TrialFigure> figures);
   // Whether the trial's next turns lead in (PlanTrial): a lead-in protects a sample from
   // the previous plan's leftovers, which are a part of that plan's exchange; where no
   // running plan's predicted exchange reaches kLeadInShare of the fastest figure (a median,
   // else a warm-up), a turn is its sample alone. From agreed figures: every rank alike.
   bool trial_needs_lead_ins(std::span<const TrialFigure> figures) const;
   static constexpr double kLeadInShare = 0.15;
-  void rule_out_running(std::span<const TrialFigure> figures);
   // Per plan: the figure a running plan could show on its proposed bucket layout, not yet
   // timed (its figure less the layout's predicted saving); 0 for the others.
   std::vector<double> optimistic_figures(std::span<const TrialFigure> figures) const;

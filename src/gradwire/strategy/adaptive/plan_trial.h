@@ -2,25 +2,24 @@
 //
 // The plans of a trial take turns in a fixed order: a plan's first turn is one step, its
 // warm-up, every later turn two (with lead-ins, below) or one, A B C A A B B C C ... A
-// round is one turn of every plan
-// still running that may run now (auto's `allowed`: a plan that compresses waits out the
-// dense start). Interleaving makes the plans share the
+// round is one turn of every plan still running that may run now (auto's `allowed`: a
+// plan that compresses waits out the dense start). Interleaving makes the plans share the
 // job's drift (the first steps' allocations and caches, a neighbour's load, the data):
 // each plan's figure is measured over the same stretch of training as the others'.
 //
-// With lead-ins, only a turn's second step is a sample. A step leaves work behind it that
-// slows the next
-// step (its last bytes still draining from a shaped link's queue, its exchange thread's
-// tail): in a run of one plan every step pays its own plan's leftovers, but in a trial
-// the first step of a turn pays the previous plan's. Measured with one step a turn on cnn
-// at 100 Mbit (docs/results/e2e-cnn-4hosts-100mbit-auto-seeds): PowerSGD, which followed
-// int8, timed 82-85 ms a step and int8, which followed PowerSGD, 68-87 ms, where whole runs
-// of each took 68-73 and 76-82 ms; the trial chose int8 in two seeds of three. The first
-// step of a two-step turn (the lead-in) follows another plan's and is not a sample (nor,
-// on the plan's AllreduceStrategy, one of its layout's measured steps: it runs on the
-// layout of the sample after it); the second follows the plan's own, as every step of a
-// run of that plan does. Lead-ins are auto's choice, made round by round
-// (set_lead_ins()): a lead-in doubles what a losing plan's sample costs, and where the
+// With lead-ins, only a turn's second step is a sample. A step may leave work behind it
+// that slows the next step (its last bytes still draining from a shaped link's queue, its
+// exchange thread's tail: a hypothesis, which one later run with timelines did not show,
+// docs/results/e2e-cnn-4hosts-100mbit-auto-trial-timeline): in a run of one plan every step pays
+// its own plan's leftovers, but in a trial the first step of a turn pays the previous plan's.
+// Measured with one step a turn on cnn at 100 Mbit
+// (docs/results/e2e-cnn-4hosts-100mbit-auto-seeds): PowerSGD, which followed int8, timed 82-85 ms a
+// step and int8, which followed PowerSGD, 68-87 ms, where whole runs of each took 68-73 and 76-82
+// ms; the trial chose int8 in two seeds of three. The first step of a two-step turn (the lead-in)
+// follows another plan's and is not a sample (nor, on the plan's AllreduceStrategy, one of its
+// layout's measured steps: it runs on the layout of the sample after it); the second follows the
+// plan's own, as every step of a run of that plan does. Lead-ins are auto's choice, made round by
+// round (set_lead_ins()): a lead-in doubles what a losing plan's sample costs, and where the
 // exchanges are short beside a step the leftovers are too (AdaptiveStrategy::
 // trial_needs_lead_ins()). A plan's first step, its warm-up (allocations, PowerSGD's first
 // factors), is no sample either, but bounds its step from above: in the round where the
