@@ -313,6 +313,9 @@ def parse_args(argv):
     p.add_argument("--eval-every", type=int, default=0, help="also evaluate every N steps")
     p.add_argument("--metrics", default="", help="JSON Lines metrics file (rank 0)")
     p.add_argument("--threads", type=int, default=1, help="compute threads per rank")
+    p.add_argument("--flush-denormal", action="store_true",
+                   help="flush subnormal floats to zero (torch.set_flush_denormal), as "
+                        "gradwire train --flush-denormal")
     p.add_argument("--bucket-mb", type=float, default=25.0)
     p.add_argument("--powersgd-rank", type=int, default=2)
     p.add_argument("--powersgd-buckets", choices=["one", "ddp"], default="one",
@@ -342,6 +345,9 @@ def main(argv):
     if args.model == "gpt" and not args.initial_weights:
         raise SystemExit("ddp_peer: gpt needs --initial-weights FILE (gradwire train --model gpt "
                          "--seed S --save-initial-weights FILE)")
+    # Before any thread starts: threads inherit the floating-point mode of their creator.
+    if args.flush_denormal and not torch.set_flush_denormal(True):
+        raise SystemExit("ddp_peer: --flush-denormal: this CPU has no flush-to-zero mode")
     torch.set_num_threads(args.threads)
     torch.set_num_interop_threads(args.threads)
     timeout = datetime.timedelta(seconds=float(os.environ.get("GRADWIRE_TIMEOUT", "300")))

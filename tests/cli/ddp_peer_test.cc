@@ -72,37 +72,49 @@ TEST(DdpPeerTest, ShardsAreDistributedSamplersShards) {
   }
 }
 
-// gradwire `none` and DDP's allreduce hook on 2 ranks: same initial weights (bitwise), and
-// the same test accuracy at every evaluation (to 1%: the sums may round differently).
+// gradwire `none` and DDP's allreduce hook on 2 ranks, both given `flags` besides the job:
+// same initial weights (bitwise), and the same test accuracy at every evaluation (to 1%:
+// the sums may round differently).
+void expect_allreduce_follows_none(const std::string& model, const std::string& flags) {
+  const std::string limits =
+      model == "cnn" ? " --train-limit 1024 --test-limit 500 --eval-every 5"  // 16 steps
+                     : " --train-limit 256 --test-limit 200 --eval-every 2";  // 4 steps
+  const std::string args = " --model " + model + " --epochs 1 --batch-size 32" + limits + flags +
+                           " --progress none --metrics ";
+  const std::string ours = temp_path(model + "_gradwire.jsonl");
+  const std::string theirs = temp_path(model + "_ddp.jsonl");
+  nlohmann::json a, b;
+  ASSERT_NO_FATAL_FAILURE(run_both(
+      std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1 --compressor none" + args,
+      std::string(GRADWIRE_CLI) + " run -n 2 -- /usr/bin/python3 " + GRADWIRE_DDP_PEER +
+          " --hook allreduce" + args,
+      ours, theirs, a, b));
+  EXPECT_EQ(a["initial_checksum"], b["initial_checksum"]) << model;
+  EXPECT_EQ(a["steps"], b["steps"]);
+  // Both send fp32 gradients by ring allreduce: the same contribution, and on the wire
+  // the same but for ceil(B/W) rounding per allreduce (DDP's first bucket is 1 MiB).
+  EXPECT_EQ(a["bytes_contributed"], b["bytes_contributed"]) << model;
+  const double wire_a = a["bytes_on_wire"].get<double>();
+  EXPECT_NEAR(wire_a, b["bytes_on_wire"].get<double>(), 1e-4 * wire_a) << model;
+  expect_same_evaluations(ours, theirs, "test_accuracy", 0.01, 2);
+  for (const auto& e : read_events(ours, "eval")) {
+    EXPECT_LE(e["train_s"].get<double>(), a["elapsed_s"].get<double>());
+  }
+  std::filesystem::remove(ours);
+  std::filesystem::remove(theirs);
+}
+
 TEST(DdpPeerTest, PlainAllreduceFollowsGradwireNoneStepForStep) {
   for (const std::string model : {"cnn", "cnn-wide"}) {
-    const std::string limits =
-        model == "cnn" ? " --train-limit 1024 --test-limit 500 --eval-every 5"  // 16 steps
-                       : " --train-limit 256 --test-limit 200 --eval-every 2";  // 4 steps
-    const std::string args = " --model " + model + " --epochs 1 --batch-size 32" + limits +
-                             " --progress none --metrics ";
-    const std::string ours = temp_path(model + "_gradwire.jsonl");
-    const std::string theirs = temp_path(model + "_ddp.jsonl");
-    nlohmann::json a, b;
-    ASSERT_NO_FATAL_FAILURE(run_both(
-        std::string(GRADWIRE_CLI) + " train --workers 2 --threads 1 --compressor none" + args,
-        std::string(GRADWIRE_CLI) + " run -n 2 -- /usr/bin/python3 " + GRADWIRE_DDP_PEER +
-            " --hook allreduce" + args,
-        ours, theirs, a, b));
-    EXPECT_EQ(a["initial_checksum"], b["initial_checksum"]) << model;
-    EXPECT_EQ(a["steps"], b["steps"]);
-    // Both send fp32 gradients by ring allreduce: the same contribution, and on the wire
-    // the same but for ceil(B/W) rounding per allreduce (DDP's first bucket is 1 MiB).
-    EXPECT_EQ(a["bytes_contributed"], b["bytes_contributed"]) << model;
-    const double wire_a = a["bytes_on_wire"].get<double>();
-    EXPECT_NEAR(wire_a, b["bytes_on_wire"].get<double>(), 1e-4 * wire_a) << model;
-    expect_same_evaluations(ours, theirs, "test_accuracy", 0.01, 2);
-    for (const auto& e : read_events(ours, "eval")) {
-      EXPECT_LE(e["train_s"].get<double>(), a["elapsed_s"].get<double>());
-    }
-    std::filesystem::remove(ours);
-    std::filesystem::remove(theirs);
+    SCOPED_TRACE(model);
+    expect_allreduce_follows_none(model, "");
   }
+}
+
+// The bench's flush-to-zero mode (bench e2e --flush-denormal) reaches both sides, and both
+// still train the same job.
+TEST(DdpPeerTest, InFlushToZeroModeAllreduceStillFollowsGradwireNone) {
+  expect_allreduce_follows_none("cnn", " --flush-denormal");
 }
 
 // gpt with its recipe (AdamW, warm-up and cosine, clipping) and 2 micro-batches per step:

@@ -447,6 +447,13 @@ TEST(E2eTablesTest, ALossIsReachedFromAboveAndTheTablesShowLosses) {
     EXPECT_EQ(*(std::find(traced.begin(), traced.end(), "--timeline") + 1),
               dir + "/timelines/" + runs[i].id + ".trace.json");
   }
+  // Flush-to-zero mode: every run's processes, gradwire's and the peer's alike.
+  EXPECT_FALSE(has(ddp, "--flush-denormal"));
+  s.flush_denormal = true;
+  for (const auto& run : runs) {
+    EXPECT_TRUE(has(e2e::run_command(s, run, "gradwire", "peer.py", "m.jsonl"), "--flush-denormal"))
+        << run.id;
+  }
   std::map<int, e2e::Outcome> outcomes;
   std::map<int, std::string> status;
   e2e::Floors floors;

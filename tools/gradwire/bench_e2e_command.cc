@@ -535,6 +535,10 @@ void add_bench_e2e_command(CLI::App& bench, int& exit_code) {
   e2e->add_flag("--timeline", args->timeline,
                 "every run but ps and gossip records its timeline to OUT/timelines/ID.trace.json "
                 "(bench/timeline/step_breakdown.py sums them up)");
+  e2e->add_flag("--flush-denormal", s.flush_denormal,
+                "every process of every run (gradwire's and PyTorch's alike) flushes subnormal "
+                "floats to zero: CPU step times without their slow path; state it beside the "
+                "tables");
   e2e->add_flag("--resume", args->resume,
                 "keep the runs already finished in --out (by the same command) and run the rest");
   e2e->callback([args, e2e, &exit_code] {

@@ -353,6 +353,7 @@ std::vector<std::string> run_command(const Settings& s, const Run& run, const st
   if (s.train_limit > 0)
     common.insert(common.end(), {"--train-limit", std::to_string(s.train_limit)});
   if (s.test_limit > 0) common.insert(common.end(), {"--test-limit", std::to_string(s.test_limit)});
+  if (s.flush_denormal) common.push_back("--flush-denormal");
   std::vector<std::string> cmd;
   const auto add_initial_weights = [&] {
     const std::string weights = initial_weights_path(s, run.model, seed);

@@ -85,6 +85,10 @@ struct Settings {
   // records its timeline (`gradwire train --timeline`, the Python peer's --timeline) to
   // timeline_dir/<run id>.trace.json.
   std::string timeline_dir;
+  // Every process of every run computes in flush-to-zero mode (`gradwire train
+  // --flush-denormal`, the Python peer's torch.set_flush_denormal): CPU timings without
+  // the slow path of subnormal floats, for gradwire and PyTorch alike.
+  bool flush_denormal = false;
   double run_timeout_s = 7200;
 };
 

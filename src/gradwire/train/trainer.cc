@@ -107,6 +107,12 @@ void set_compute_threads(int threads) {
   at::set_num_interop_threads(threads);
 }
 
+void set_flush_denormal() {
+  if (!at::globalContext().setFlushDenormal(true)) {
+    throw ConfigError("--flush-denormal: this CPU has no flush-to-zero mode");
+  }
+}
+
 void check_options(const TrainOptions& options) {
   if (options.epochs < 1) throw ConfigError("--epochs must be at least 1");
   if (options.batch_size < 1) throw ConfigError("--batch-size must be at least 1");

@@ -110,6 +110,14 @@ void check_options(const TrainOptions& options);
 // parallel work starts) for this process.
 void set_compute_threads(int threads);
 
+// Puts this thread's floating-point unit in flush-to-zero and denormals-are-zero mode
+// (libtorch's set_flush_denormal; x86 with SSE3 only, else ConfigError). Threads started
+// afterwards inherit the mode. gradwire never sets it by itself: it changes the caller's
+// arithmetic (a subnormal result or operand becomes zero). `gradwire train
+// --flush-denormal` asks for it, e.g. to time CPU runs without the slow path a CPU takes
+// on subnormal floats (a GPU's float kernels do not take one).
+void set_flush_denormal();
+
 // Runs this rank's part of the job. All ranks must call it with the same options.
 TrainResult run_training(const TrainOptions& options, std::shared_ptr<Context> context);
 
