@@ -278,12 +278,15 @@ def test_auto_follows_the_optimizers_learning_rate():
 
 def test_auto_under_adam_runs_powersgd_at_the_cpp_paths_rank():
     """As DistributedOptimizer: plain auto under Adam-like optimizers runs its PowerSGD
-    plan at rank 16 and charges it Adam's family's penalty, 0 (strategy/registry.h); a
-    given rank, or a fixed codec, stays; under SGD or no optimizer, rank 8 and 0.096."""
+    plan at rank 16, charges it Adam's family's penalty, 0, and runs 2 dense steps first
+    (strategy/registry.h); a given rank, or a fixed codec, stays; under SGD or no
+    optimizer, rank 8, 0.096 and no dense start."""
     for out in expect_success(run_ranks(2, auto_codec_worker)):
         assert "rank=16" in out["adamw"] and "penalty=0," in out["adamw"], out
+        assert "dense=2" in out["adamw"], out
         assert "rank=8" in out["sgd"] and "rank=8" in out["none"], out
         assert "penalty=0.096" in out["sgd"] and "penalty=0.096" in out["none"], out
+        assert "dense=0" in out["sgd"] and "dense=0" in out["none"], out
         assert "rank=4" in out["adamw_rank4"], out
         assert out["adamw_int8"] == gradwire.canonical_codec("int8"), out
 

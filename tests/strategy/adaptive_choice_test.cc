@@ -163,9 +163,9 @@ TEST(ChoiceNoiseTest, AChoiceIsResolvedBeyondTwiceTheCombinedErrorOfItsScores) {
 TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
   const auto o = AdaptiveOptions::parse("auto");
   EXPECT_EQ(o.canonical,
-            "auto:dense=2,eta=0.5,penalty=0.096,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
+            "auto:dense=0,eta=0.5,penalty=0.096,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
             "regimes=off,reprobe=2000,trial=5,trial_max=20,window=50");
-  EXPECT_EQ(o.dense, 2u);
+  EXPECT_EQ(o.dense, 0u);  // under SGD; Adam's family: kPerCoordinateDense
   EXPECT_FALSE(o.regimes);
   EXPECT_TRUE(AdaptiveOptions::parse("auto:regimes=on").regimes);
   EXPECT_THROW(AdaptiveOptions::parse("auto:regimes=maybe"), ConfigError);
@@ -196,7 +196,7 @@ TEST(AdaptiveOptionsTest, ParsesCanonicallyAndRefusesWhatItDoesNotKnow) {
   EXPECT_NO_THROW(AdaptiveOptions::parse("auto:plans=fp16/fit/int8"));
   EXPECT_THROW(AdaptiveOptions::parse("accordion:critical=fit"), ConfigError);
   EXPECT_EQ(canonical_codec("auto:trial=3"),
-            "auto:dense=2,eta=0.5,penalty=0.096,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
+            "auto:dense=0,eta=0.5,penalty=0.096,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
             "regimes=off,reprobe=2000,trial=3,trial_max=20,window=50");
 }
 

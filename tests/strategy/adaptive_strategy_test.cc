@@ -102,49 +102,55 @@ TEST(AccordionTest, AWarmUpIsNotALearningRateChange) {
   EXPECT_EQ(runs[0].plan_per_step, plans_by_step({{0, "fp16"}, {4, "powersgd"}}, 12));
 }
 
-TEST(AutoTest, ASlowLinkSelectsPowerSgdAfterTheDenseStartInAnInterleavedTrial) {
-  // A 256 x 1024 weight (1 MiB of fp32) over a simulated 0.35 MB/s link that the model
-  // knows: a step of none waits about 3 s for the wire, fp16 half that, PowerSGD (rank
-  // 8: 40 KB) about 120 ms.
-  // - Steps 0 and 1 are the dense start: the trial's turns (least predicted exchange first:
-  //   PowerSGD, fp16, none) skip PowerSGD: fp16, then none, each a warm-up (a turn of one
-  //   step).
-  // - Step 2: PowerSGD's warm-up, which ends its round (a late warm-up). Its step bounds
-  //   the fastest step: none's predicted exchange alone exceeds twice it and none is ruled
-  //   out. fp16's (1.5 s) is ruled out too unless PowerSGD's warm-up step took over 0.75 s
-  //   (a loaded sanitizer run has measured 0.53 s): then PowerSGD and fp16 run a turn each
-  //   (a lead-in and a sample) and PowerSGD's sample rules fp16 out at that round's end.
-  // The contract: none runs only its warm-up step, fp16 at most one turn more, PowerSGD is
-  // chosen at step 3 (7 after fp16's turn) and runs alone from then on.
+// A 256 x 1024 weight (1 MiB of fp32) over a simulated 0.35 MB/s link that the model
+// knows: a step of none waits about 3 s for the wire, fp16 half that, PowerSGD (rank 8:
+// 40 KB) about 120 ms.
+RunSettings slow_link_job(const std::string& codec) {
   RunSettings settings;
-  settings.codec = "auto:trial=3,plans=none/fp16/powersgd";
+  settings.codec = codec;
   settings.steps = 9;
   settings.rows = 256;
   settings.cols = 1024;
   settings.bytes_per_s = 0.35e6;
   settings.link = comm::LinkModel::from_bandwidth(0, 8 * 0.35e6);
   settings.compute = 5ms;
-  settings.timeout = 60s;  // about 12 s of simulated wire; more on a loaded sanitizer run
-  const auto runs = run_ranks(2, settings);
-  const std::vector<std::string> start = {"fp16", "none", "powersgd"};
+  settings.timeout = 60s;  // seconds of simulated wire; more on a loaded sanitizer run
+  return settings;
+}
+
+TEST(AutoTest, ASlowLinkSelectsPowerSgdFromTheFirstStepAfterItsOpeningTurn) {
+  // No dense start (auto's default under SGD): PowerSGD, the least predicted exchange,
+  // opens the trial with its warm-up, a lead-in and a sample (steps 0-2). Its sample
+  // (about 125 ms; under 0.75 s on a loaded sanitizer run) bounds the fastest step: fp16's
+  // predicted exchange (1.5 s) and none's (3 s) alone exceed twice it, both are ruled out
+  // without running a step, and PowerSGD is chosen at step 3.
+  const auto runs = run_ranks(2, slow_link_job("auto:trial=3,plans=none/fp16/powersgd"));
+  const std::vector<std::pair<uint64_t, std::string>> decisions = {{3, "powersgd"}};
   for (int r = 0; r < 2; ++r) {
-    const auto& plans = runs[r].plan_per_step;
-    ASSERT_EQ(plans.size(), 9u) << "rank " << r;
-    EXPECT_EQ(std::vector<std::string>(plans.begin(), plans.begin() + 3), start) << "rank " << r;
-    ASSERT_EQ(runs[r].decisions.size(), 1u) << "rank " << r;
-    const auto [step, chosen] = runs[r].decisions[0];
-    EXPECT_EQ(chosen, "powersgd") << "rank " << r;
-    // Step 3 when the warm-up step rules fp16 out; step 7 after fp16's one more turn.
-    EXPECT_TRUE(step == 3 || step == 7) << "rank " << r << ": decided at step " << step;
-    if (step == 7) {
-      EXPECT_EQ(std::vector<std::string>(plans.begin() + 3, plans.begin() + 7),
-                (std::vector<std::string>{"powersgd", "powersgd", "fp16", "fp16"}))
-          << "rank " << r;
-    }
-    for (size_t s = step; s < plans.size(); ++s) {
-      EXPECT_EQ(plans[s], "powersgd") << "rank " << r << ", step " << s;
-    }
-    EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
+    EXPECT_EQ(runs[r].plan_per_step, std::vector<std::string>(9, "powersgd")) << "rank " << r;
+    EXPECT_EQ(runs[r].decisions, decisions) << "rank " << r;
+    ASSERT_FALSE(runs[r].reasons.empty());
+    EXPECT_NE(runs[r].reasons[0].find("ruled out by the model: none fp16"), std::string::npos)
+        << runs[r].reasons[0];
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+  }
+}
+
+TEST(AutoTest, UnderADenseStartAPlanThatDoesNotCompressOpensAndPowerSgdsWarmUpRulesOut) {
+  // dense=2 (auto's start under Adam's family): PowerSGD is held back at steps 0 and 1, so
+  // fp16 opens the trial (warm-up, lead-in, sample: steps 0-2; the turn stays on it at step
+  // 2). Round 1 starts with PowerSGD's warm-up (step 3), which bounds the fastest step at
+  // once (an agreement after the warm-up): none's predicted exchange (3 s) and fp16's (1.5
+  // s) exceed twice it (about 130 ms; under 0.75 s loaded), so none never runs a step and
+  // PowerSGD is chosen at step 4.
+  const auto runs = run_ranks(2, slow_link_job("auto:trial=3,dense=2,plans=none/fp16/powersgd"));
+  const std::vector<std::pair<uint64_t, std::string>> decisions = {{4, "powersgd"}};
+  for (int r = 0; r < 2; ++r) {
+    EXPECT_EQ(runs[r].plan_per_step,
+              (std::vector<std::string>{"fp16", "fp16", "fp16", "powersgd", "powersgd", "powersgd",
+                                        "powersgd", "powersgd", "powersgd"}))
+        << "rank " << r;
+    EXPECT_EQ(runs[r].decisions, decisions) << "rank " << r;
     ASSERT_FALSE(runs[r].reasons.empty());
     EXPECT_NE(runs[r].reasons[0].find("ruled out by the model: none fp16"), std::string::npos)
         << runs[r].reasons[0];
@@ -156,7 +162,7 @@ TEST(AutoTest, ASlowLinkSelectsPowerSgdAfterTheDenseStartInAnInterleavedTrial) {
 // PowerSGD from 3 samples each (at most 6): no simulated link.
 RunSettings fast_link_job(int steps) {
   RunSettings settings;
-  settings.codec = "auto:trial=3,trial_max=6,plans=none/fp16/powersgd";
+  settings.codec = "auto:trial=3,trial_max=6,dense=2,plans=none/fp16/powersgd";
   settings.steps = steps;
   settings.rows = 256;
   settings.cols = 1024;
@@ -168,9 +174,9 @@ TEST(AutoTest, AFastLinkSelectsNoneOrFp16) {
   // No simulated link: every plan's step is its 40 ms of compute, PowerSGD cannot win by
   // its penalty (9.6%; the median of 3 steps keeps a noisy machine's hiccups out). The trial
   // ends when its verdicts resolve, the plans fall within the tie, or the budget is spent
-  // (trial_max 6: 2 steps of the dense start, then at most 7 rounds of 3 steps: a
-  // decision by step 23).
-  const auto runs = run_ranks(2, fast_link_job(27));
+  // (trial_max 6: fp16's opening, 3 steps, round 1's 4, then at most 5 rounds of 6 steps: a
+  // decision by step 37).
+  const auto runs = run_ranks(2, fast_link_job(40));
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(runs[r].decisions.size(), 1u) << "rank " << r;
     const std::string last = runs[r].decisions.back().second;
@@ -190,15 +196,16 @@ TEST(AutoTest, OnALinkWhoseExchangesAreShortBesideAStepATurnIsOneStep) {
   // The fast-link job of the test above with a 10 Gbit link that the model knows: none's
   // exchange (1 MiB) is predicted at under 2 ms of a 40 ms step, below the share where the
   // previous plan's leftovers could sway a sample (AdaptiveStrategy::kLeadInShare), so the
-  // turns after the warm-ups are samples alone. Steps 0 and 1: fp16's and none's warm-ups
-  // (the dense start); step 2: PowerSGD's, which ends its round; from step 3 one step a
-  // turn: PowerSGD, fp16, none (with lead-ins: PowerSGD twice, then fp16 twice).
-  RunSettings settings = fast_link_job(6);
+  // turns after the opening are samples alone. Steps 0-2: fp16's opening (the dense start
+  // holds PowerSGD back; its warm-up, a lead-in, as every opening, and a sample); from step 3
+  // round 1: PowerSGD's warm-up, fp16's sample alone, none's warm-up, PowerSGD's sample
+  // (with lead-ins fp16 and none would run twice).
+  RunSettings settings = fast_link_job(7);
   settings.link = comm::LinkModel::from_bandwidth(0, 10e9);
   const auto runs = run_ranks(2, settings);
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(runs[r].plan_per_step,
-              (std::vector<std::string>{"fp16", "none", "powersgd", "powersgd", "fp16", "none"}))
+    EXPECT_EQ(runs[r].plan_per_step, (std::vector<std::string>{"fp16", "fp16", "fp16", "powersgd",
+                                                               "fp16", "none", "powersgd"}))
         << "rank " << r;
     EXPECT_TRUE(runs[r].decisions.empty()) << "rank " << r;  // 1 sample each: no verdict yet
     EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
@@ -207,11 +214,10 @@ TEST(AutoTest, OnALinkWhoseExchangesAreShortBesideAStepATurnIsOneStep) {
 
 TEST(AutoTest, TheModelRulesOutAPlanWhoseExchangeAloneExceedsTwiceTheBestStep) {
   // A 256 x 256 weight (256 KiB) over a simulated 0.25 MB/s link that the model knows:
-  // int8's exchange is predicted at about 0.27 s, none's at 1.05 s. int8 runs first (least
-  // predicted), none second, each its warm-up; at the round's end int8's warm-up step
-  // (about 0.3 s; under 0.52 s on a loaded machine under sanitizers) bounds the fastest
-  // step, none, predicted beyond twice it, is ruled out, and int8 is chosen at step 2:
-  // none ran its warm-up step only.
+  // int8's exchange is predicted at about 0.27 s, none's at 1.05 s. int8 (least predicted)
+  // opens the trial: its warm-up, a lead-in and a sample. The sample (about 0.3 s; under
+  // 0.52 s on a loaded machine under sanitizers) bounds the fastest step, none, predicted
+  // beyond twice it, is ruled out, and int8 is chosen at step 3: none ran no step.
   RunSettings settings;
   settings.codec = "auto:trial=2,plans=none/int8";
   settings.steps = 6;
@@ -221,11 +227,9 @@ TEST(AutoTest, TheModelRulesOutAPlanWhoseExchangeAloneExceedsTwiceTheBestStep) {
   settings.link = comm::LinkModel::from_bandwidth(0, 8 * 0.25e6);
   settings.compute = 5ms;
   const auto runs = run_ranks(2, settings);
-  const std::vector<std::pair<uint64_t, std::string>> decisions = {{2, "int8"}};
+  const std::vector<std::pair<uint64_t, std::string>> decisions = {{3, "int8"}};
   for (int r = 0; r < 2; ++r) {
-    EXPECT_EQ(runs[r].plan_per_step,
-              (std::vector<std::string>{"int8", "none", "int8", "int8", "int8", "int8"}))
-        << "rank " << r;
+    EXPECT_EQ(runs[r].plan_per_step, std::vector<std::string>(6, "int8")) << "rank " << r;
     EXPECT_EQ(runs[r].decisions, decisions) << "rank " << r;
     ASSERT_FALSE(runs[r].reasons.empty());
     EXPECT_NE(runs[r].reasons[0].find("ruled out by the model: none"), std::string::npos)
@@ -293,7 +297,7 @@ TEST(AutoTest, Int8IsLeftOutBeyond127RanksOnlyOnItsRing) {
   // sample of each, unless the model rules plans out sooner); on the default quantized
   // path int8's buckets take the reduce-scatter there and it stays a plan.
   RunSettings settings;
-  settings.codec = "auto:window=2,trial=1";
+  settings.codec = "auto:window=2,trial=1,dense=2";
   settings.steps = 12;
   settings.rows = 4;
   settings.cols = 4;
@@ -324,10 +328,11 @@ TEST(AutoTest, FitKeepsTheTensorBackwardHidesExactAndCompressesTheExposedOne) {
   // that trial's choice in a trial of its own.
   RunSettings settings;
   settings.codec = "auto:window=100,trial=2,trial_max=3,plans=none/fit/fp16/int8";
-  // The uniform plans' trial: 3 warm-ups and at most 3 rounds of three two-step turns (21
-  // steps); fit's: 2 warm-ups and 2 rounds of two turns (10).
-  settings.steps = 33;
-  settings.timeout = 60s;
+  // The uniform plans' trial: int8's opening (3 steps), round 1 (its turn, the warm-ups of
+  // fp16 and none: 4) and at most 3 rounds of three two-step turns (18); fit's: the
+  // choice's opening (3), round 1 (3) and at most 3 rounds of two turns (12).
+  settings.steps = 45;
+  settings.timeout = 90s;
   settings.tensors = {{"a.weight", {512, 384}, LayerKind::kFcWeight},
                       {"b.weight", {512, 384}, LayerKind::kFcWeight}};
   settings.bytes_per_s = 7.8e6;
@@ -336,12 +341,12 @@ TEST(AutoTest, FitKeepsTheTensorBackwardHidesExactAndCompressesTheExposedOne) {
   settings.backward = 300ms;
   const auto runs = run_ranks(2, settings);
   for (int r = 0; r < 2; ++r) {
-    // int8, fp16, none (least predicted exchange first) in turns: their warm-ups, then a
-    // lead-in and a sample each.
+    // int8, fp16, none (least predicted exchange first) in turns: int8's opening, round 1
+    // (int8's turn, the warm-ups of fp16 and none), then a lead-in and a sample each.
     EXPECT_EQ(
-        std::vector<std::string>(runs[r].plan_per_step.begin(), runs[r].plan_per_step.begin() + 9),
-        (std::vector<std::string>{"int8", "fp16", "none", "int8", "int8", "fp16", "fp16", "none",
-                                  "none"}))
+        std::vector<std::string>(runs[r].plan_per_step.begin(), runs[r].plan_per_step.begin() + 11),
+        (std::vector<std::string>{"int8", "int8", "int8", "int8", "int8", "fp16", "none", "int8",
+                                  "int8", "fp16", "fp16"}))
         << "rank " << r;
     EXPECT_NE(std::find(runs[r].plan_per_step.begin(), runs[r].plan_per_step.end(), "fit"),
               runs[r].plan_per_step.end())
@@ -359,14 +364,15 @@ TEST(AutoTest, APlainLoserLeavesTheTrialAfterThreeStepsOfItsOwn) {
   // Two 256 x 256 weights (256 KiB each in fp32: one first bucket of 512 KiB) over a
   // simulated 1.25 MB/s link; backward reports b.weight 250 ms before a.weight. On their
   // first layouts a step of none takes about 250 + 2 x 210 ms, fp16's 250 + 2 x 105: none
-  // is slower by far more than twice the noise, and leaves the trial once each plan has 3
-  // samples (after their warm-ups, steps 0 and 1, three rounds of a lead-in and a sample
-  // each: step 14), before `trial` (5) and before its own layout could propose anything
-  // (after 6 measured steps: lead-ins are not). fp16, alone, is chosen then; a loaded
-  // machine may take the full verdict (step 22) or a round more.
+  // is slower by far more than twice the noise, though by less than half of fp16's step (no
+  // clear loser at one sample, kClearLoss), and leaves the trial once each plan has 3
+  // samples (fp16's opening, steps 0-2; round 1, fp16's turn and none's warm-up, 3-5; then
+  // rounds of a lead-in and a sample each: step 18), before `trial` (5) and before its own
+  // layout could propose anything (after 6 measured steps: lead-ins are not). fp16, alone,
+  // is chosen then; a loaded machine may take the full verdict (step 26) or a round more.
   RunSettings settings;
   settings.codec = "auto:window=100,trial=5,plans=none/fp16";
-  settings.steps = 30;
+  settings.steps = 34;
   settings.timeout = 60s;
   settings.tensors = {{"a.weight", {256, 256}, LayerKind::kFcWeight},
                       {"b.weight", {256, 256}, LayerKind::kFcWeight}};
@@ -381,12 +387,15 @@ TEST(AutoTest, APlainLoserLeavesTheTrialAfterThreeStepsOfItsOwn) {
     const std::string& reason = runs[r].reasons[0];
     const size_t decided = runs[r].decisions[0].first;
     EXPECT_EQ(runs[r].decisions[0].second, "fp16") << reason;
-    EXPECT_GE(decided, 14u) << reason;
-    EXPECT_LE(decided, 26u) << reason;
+    EXPECT_GE(decided, 18u) << reason;
+    EXPECT_LE(decided, 30u) << reason;
     for (size_t s = 0; s < runs[r].plan_per_step.size(); ++s) {
-      // Warm-ups at steps 0 and 1, then two-step turns.
-      const size_t turn = s < 2 ? s : (s - 2) / 2;
-      const std::string expected = s >= decided ? "fp16" : turn % 2 ? "none" : "fp16";
+      // fp16's opening and turn (0-4), none's warm-up (5), then two-step turns.
+      const std::string expected = s >= decided      ? "fp16"
+                                   : s < 5           ? "fp16"
+                                   : s == 5          ? "none"
+                                   : (s - 6) / 2 % 2 ? "none"
+                                                     : "fp16";
       EXPECT_EQ(runs[r].plan_per_step[s], expected) << "rank " << r << " step " << s;
     }
     EXPECT_NE(reason.find("standard error ms: none "), std::string::npos) << reason;
@@ -402,8 +411,39 @@ TEST(AutoTest, APlainLoserLeavesTheTrialAfterThreeStepsOfItsOwn) {
   }
 }
 
+TEST(AutoTest, AClearLoserLeavesTheTrialAfterItsFirstSample) {
+  // The job of the test above without gradient hooks, 50 ms of compute: every exchange
+  // follows backward, a step of none takes about 50 + 2 x 210 ms, fp16's 50 + 2 x 105.
+  // none loses by more than half of fp16's step (kClearLoss) and the model predicts its
+  // exchange above fp16's: it leaves at the end of its first sample's round, fp16's opening
+  // (steps 0-2), round 1 (fp16's turn, none's warm-up: 3-5), round 2 (a lead-in and a
+  // sample each: 6-9): fp16 is chosen at step 10 (a loaded machine: a round later), none
+  // ran 3 steps (5).
+  RunSettings settings;
+  settings.codec = "auto:window=100,trial=5,plans=none/fp16";
+  settings.steps = 16;
+  settings.timeout = 60s;
+  settings.tensors = {{"a.weight", {256, 256}, LayerKind::kFcWeight},
+                      {"b.weight", {256, 256}, LayerKind::kFcWeight}};
+  settings.bytes_per_s = 1.25e6;
+  settings.link = comm::LinkModel::from_bandwidth(0, 8 * 1.25e6);
+  settings.compute = 50ms;
+  const auto runs = run_ranks(2, settings);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(runs[r].decisions.size(), 1u) << "rank " << r;
+    const size_t decided = runs[r].decisions[0].first;
+    EXPECT_EQ(runs[r].decisions[0].second, "fp16") << runs[r].reasons[0];
+    EXPECT_TRUE(decided == 10 || decided == 14) << "decided at " << decided;
+    const auto none_steps =
+        std::count(runs[r].plan_per_step.begin(), runs[r].plan_per_step.end(), "none");
+    EXPECT_EQ(none_steps, decided == 10 ? 3 : 5) << "rank " << r;
+    EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+  }
+}
+
 TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
-  // Two ranks run the scenario above for 14 steps (int8, none, fit measured, then chosen),
+  // Two ranks run the scenario above for 20 steps (int8, none, fit measured, then chosen),
   // save, and a fresh strategy on each rank loads it: the same plan, fit's policy, and the
   // same aggregate of the next step's gradients as the strategy that saved.
   const std::vector<TensorInfo> tensors = {{"a.weight", {512, 384}, LayerKind::kFcWeight},
@@ -411,7 +451,7 @@ TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
   const std::string codec = "auto:window=100,trial=1,plans=none/fit/int8";
   std::vector<std::string> saved_plan(2), loaded_plan(2), saved_reason(2), loaded_reason(2);
   std::vector<std::vector<float>> saved_after(2), loaded_after(2);
-  comm::run_local_ranks(2, 20s, [&](comm::Collectives& local) {
+  comm::run_local_ranks(2, 40s, [&](comm::Collectives& local) {
     ThrottledCollectives c(local, 7.8e6);
     const int rank = c.rank();
     const comm::LinkModel link = comm::LinkModel::from_bandwidth(0, 8 * 7.8e6);
@@ -431,10 +471,11 @@ TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
     };
     auto first = create_allreduce_strategy(c, {.codec = codec, .link = link});
     first->start(tensors, param_spans);
-    // Warm-ups of int8 and none, a turn of each (lead-in, sample): fit is built after step
-    // 5; its trial with the choice (fit's warm-up at step 9, then a turn of each): decided
-    // at step 14.
-    for (int i = 0; i < 14; ++i) step(*first);
+    // int8's opening (steps 0-2), round 1 (int8's turn, none's warm-up: 3-5), round 2 (a
+    // turn of each: 6-9): fit is built after step 9; its trial with the choice (the choice's
+    // opening, 10-12; round 1, its turn and fit's warm-up, 13-15; round 2, a turn of each,
+    // 16-19): decided at step 20.
+    for (int i = 0; i < 20; ++i) step(*first);
     Bytes state;
     first->save_state(state);
     auto second = create_allreduce_strategy(c, {.codec = codec, .link = link});
@@ -452,14 +493,14 @@ TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
     }
     // The formats before: ADP5 held a trial as a queue of plans measured one after another
     // where ADP7 holds PlanTrial's state; with no trial in progress (the decision came at
-    // step 14) that is an empty queue, position 0, no steps, no samples and no reason where
+    // step 20) that is an empty queue, position 0, no steps, no samples and no reason where
     // ADP7 has "no trial" and the turn's plan. ADP4 is ADP5 without the noise at its end.
     // ADP6 differs from ADP7 only in a trial in progress (its lead-in fields: PlanTrialTest).
     // All load, ADP4's noise unknown.
     // tag, plan count, active, step; regime and rate; detector; measured ms and trial
     // steps per plan (3 plans); ruled out.
     constexpr size_t kTrialAt = 4 + 3 * 8 + (1 + 1 + 8 + 1) + 35 + 2 * (8 + 3 * 8) + (8 + 3);
-    ASSERT_EQ(state[kTrialAt], 0) << "a trial in progress at step 14";
+    ASSERT_EQ(state[kTrialAt], 0) << "a trial in progress at step 20";
     Bytes older5(state.begin(), state.begin() + kTrialAt);
     older5.insert(older5.end(), 5 * 8 + 4, 0);
     older5.insert(older5.end(), state.begin() + kTrialAt + 1 + 8, state.end());

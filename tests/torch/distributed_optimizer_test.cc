@@ -299,6 +299,25 @@ TEST(DistributedOptimizerTest, AutoUnderAdamRunsPowerSgdAtTheRankThatConverges) 
     DistributedOptimizer opt(solo_context(), torch::optim::SGD(net.parameters(), 0.1), net);
     EXPECT_EQ(penalty_of(opt.codec_spec()), "penalty=0.096") << opt.codec_spec();
   }
+  // The dense start: kPerCoordinateDense steps under Adam's family (PowerSGD from the first
+  // step stalled gpt), none under SGD, unless given.
+  const auto dense_of = [](const std::string& spec) {
+    const auto at = spec.find("dense=");
+    return spec.substr(at, spec.find(',', at) - at);
+  };
+  {
+    DistributedOptimizer opt(solo_context(), torch::optim::AdamW(net.parameters()), net);
+    EXPECT_EQ(dense_of(opt.codec_spec()), "dense=2") << opt.codec_spec();
+  }
+  {
+    DistributedOptimizer opt(solo_context(), torch::optim::AdamW(net.parameters()), net,
+                             {.compressor = "auto:dense=5"});
+    EXPECT_EQ(dense_of(opt.codec_spec()), "dense=5") << opt.codec_spec();
+  }
+  {
+    DistributedOptimizer opt(solo_context(), torch::optim::SGD(net.parameters(), 0.1), net);
+    EXPECT_EQ(dense_of(opt.codec_spec()), "dense=0") << opt.codec_spec();
+  }
 }
 
 double sgd_momentum(DistributedOptimizer& opt) {
@@ -358,7 +377,7 @@ TEST(DistributedOptimizerTest, AutoReportsItsDecisionsAndLeavesMomentumAlone) {
       torch::optim::SGD(net->parameters(), torch::optim::SGDOptions(0.1).momentum(0.9)), *net,
       {.compressor = "auto:trial=1"});
   EXPECT_EQ(opt.codec_spec(),
-            "auto:dense=2,eta=0.5,penalty=0.096,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
+            "auto:dense=0,eta=0.5,penalty=0.096,plans=none/fp16/int8/powersgd,prune=2,rank=8,"
             "regimes=off,reprobe=2000,trial=1,trial_max=20,window=50");
   EXPECT_DOUBLE_EQ(sgd_momentum(opt), 0.9);  // no plan needs momentum correction
   train(

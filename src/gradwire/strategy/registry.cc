@@ -31,6 +31,7 @@ std::string codec_for_per_coordinate_optimizer(const std::string& codec) {
   if (!spec.params.count("penalty")) {
     spec.params["penalty"] = format_parameter(kPerCoordinatePenalty);
   }
+  if (!spec.params.count("dense")) spec.params["dense"] = std::to_string(kPerCoordinateDense);
   return spec.to_string();
 }
 

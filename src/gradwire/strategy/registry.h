@@ -31,8 +31,9 @@ std::string codec_or_default(const std::string& codec, const std::string& strate
 
 // The codec for a job whose optimizer scales each coordinate by statistics of its own
 // gradient (Adam, AdamW, RMSprop, Adagrad): `codec` itself, except `auto`: plain auto (no
-// plans or rank given) runs its PowerSGD plan at kPerCoordinateRank, and auto with no
-// penalty given charges kPerCoordinatePenalty. Error feedback assumes the optimizer is
+// plans or rank given) runs its PowerSGD plan at kPerCoordinateRank, auto with no penalty
+// given charges kPerCoordinatePenalty, and auto with no dense start given runs
+// kPerCoordinateDense dense steps first. Error feedback assumes the optimizer is
 // linear in the gradient; under Adam a residual fed back later makes step sizes of its
 // own. On gpt with AdamW (3 seeds, docs/results/gpt-adamw-codecs) rank 4 ended 15-19%
 // above none's validation loss, rank 16 0-2% above, as fp16 and int8 did (-1 to +1%).
@@ -40,6 +41,10 @@ std::string codec_or_default(const std::string& codec, const std::string& strate
 // (docs/results/auto-penalty, issue 62); a penalty is not a reward, so 0.
 inline constexpr int kPerCoordinateRank = 16;
 inline constexpr double kPerCoordinatePenalty = 0;
+// The dense start: from the first step PowerSGD at rank 16 stayed on gpt's early plateau
+// near 2.4 in one seed of two and ended at 2.25 (fp32: 1.86); after 2 dense steps, DDP's
+// shortest start, it left the plateau with fp32 in every seed (docs/results/auto-penalty).
+inline constexpr size_t kPerCoordinateDense = 2;
 std::string codec_for_per_coordinate_optimizer(const std::string& codec);
 
 // True for the adaptive codecs (auto, accordion: strategy/adaptive/adaptive_strategy.h),

@@ -66,7 +66,8 @@ AdaptiveOptions AdaptiveOptions::parse(const std::string& text) {
     o.trial_max = static_cast<size_t>(
         reader.get_int_in("trial_max", static_cast<int64_t>(std::max<size_t>(20, o.trial)),
                           static_cast<int64_t>(o.trial), 100'000));
-    o.dense = static_cast<size_t>(reader.get_int_in("dense", 2, 0, 1'000'000'000));
+    o.dense = static_cast<size_t>(
+        reader.get_int_in("dense", static_cast<int64_t>(o.dense), 0, 1'000'000'000));
     const std::string regimes = reader.get_string("regimes", "off");
     if (regimes != "off" && regimes != "on") {
       throw ConfigError("codec auto: regimes must be off or on, not '" + regimes + "'");

@@ -33,8 +33,13 @@ struct AdaptiveOptions {
   size_t trial = 5;
   size_t trial_max = 20;
   // auto: the first `dense` steps of training run no plan that compresses (DDP's PowerSGD
-  // hook's start_powerSGD_iter; the e2e baseline's 2). docs/results/auto-penalty, issue 62.
-  size_t dense = 2;
+  // hook's start_powerSGD_iter). Under SGD and for an optimizer it is not told, 0: PowerSGD
+  // from the first step reached every target on cnn and cnn-wide (docs/results/auto-penalty,
+  // the powersgd-from0 rows, as near fp32's steps as after 2 dense steps), and the fixed
+  // PowerSGD that starts so was the fastest configuration on cnn-wide at 100 Mbit, where each
+  // dense step costs a second of fp32 exchange. Under Adam's family kPerCoordinateDense
+  // (registry.h): there PowerSGD from the first step stalled gpt in one seed of two.
+  size_t dense = 0;
   // auto: whether Accordion's detector gates plans that compress after the start (a
   // critical regime after a learning-rate decay or a change of the gradient norm by eta).
   // Off by default: training's start is no longer critical for auto (issue 62).

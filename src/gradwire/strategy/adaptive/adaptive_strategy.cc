@@ -236,7 +236,12 @@ void AdaptiveStrategy::step_auto(double step_ms, double wait_ms, bool on_proposa
     return all;
   };
   if (trial_.active()) {
-    if (turn_plan_ != PlanTrial::kNone) trial_.record(step_ms, wait_ms, on_proposal);
+    if (turn_plan_ != PlanTrial::kNone) {
+      trial_.record(step_ms, wait_ms, on_proposal);
+      // A warm-up in round 1 (after the opening) bounds its plan's step: the model rules
+      // out, before they warm up, the plans whose exchange alone exceeds `prune` x it.
+      if (trial_.rounds() == 1 && trial_.steps(turn_plan_) == 1) rule_out_running(agree_figures());
+    }
     if (lr_restart) {
       begin_trial(all_plans(), "learning-rate decay");
     } else {
@@ -305,11 +310,11 @@ void AdaptiveStrategy::advance_trial() {
   }
 }
 
-bool AdaptiveStrategy::settle_round() {
-  // Every rank ends the round at the same step: the figures agreed, the slowest rank's.
+std::vector<TrialFigure> AdaptiveStrategy::agree_figures() {
+  // Every rank agrees at the same step: the figures agreed, the slowest rank's.
   std::vector<float> agreed = trial_.local_figures();
   if (!agreed.empty()) collectives_.allreduce_max(agreed.data(), agreed.size());
-  const auto figures = trial_.agree(agreed, std::min<size_t>(3, options_.trial));
+  auto figures = trial_.agree(agreed, std::min<size_t>(3, options_.trial));
   for (size_t p : trial_.running()) {
     if (!(figures[p].step_ms > 0)) continue;
     measured_ms_[p] = figures[p].step_ms;
@@ -317,6 +322,11 @@ bool AdaptiveStrategy::settle_round() {
     wait_ms_[p] = figures[p].wait_ms;
     trial_steps_of_[p] = trial_.steps(p);
   }
+  return figures;
+}
+
+bool AdaptiveStrategy::settle_round() {
+  const auto figures = agree_figures();
   rule_out_running(figures);
   TrialVerdict verdict = settle_trial(
       options_.plans, trial_.running(), trial_.contenders(), candidates(), noise_ms_, wait_ms_,

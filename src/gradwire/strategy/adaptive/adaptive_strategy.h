@@ -1,13 +1,16 @@
 // Adaptive codecs for the allreduce strategy: the codec changes over training, the same on
 // every rank at the same step (ALGORITHMS.md 9).
 //
-//   auto[:plans=none/fp16/int8/powersgd,rank=8,penalty=0.096,dense=2,trial=5,trial_max=20,
+//   auto[:plans=none/fp16/int8/powersgd,rank=8,penalty=0.096,dense=0,trial=5,trial_max=20,
 //         regimes=off,window=50,eta=0.5,reprobe=2000,prune=2]
 //     Measures, then picks. A trial interleaves its plans' steps, two each in turn, the
 //     second measured (plan_trial.h: the first pays what the previous plan's step left
 //     behind); a step's time is the wall time between two synchronize() returns
 //     (forward, backward, the exchange not hidden by backward, the optimizer step: what
-//     the user waits for). Each plan's first step in a trial warms it up. The trial's
+//     the user waits for). Each plan's first step in a trial warms it up. The first plan
+//     opens the trial alone (its warm-up, a lead-in and a sample), and the model rules out
+//     against that sample before any other plan warms up; each warm-up after it rules out
+//     at once too (an agreement of the figures after the step). The trial's
 //     steps are training steps: every plan in it trains the model. After every round the
 //     ranks agree each plan's median (the slowest rank's, by an allreduce-max), its
 //     standard error and the median time its synchronize() waited after backward, and
@@ -18,16 +21,16 @@
 //     plan's own measured bucket layout (AllreduceStrategy) takes turns with its first layout on
 //     the plan's own steps; the plan counts by the faster layout's median once the proposal has 3
 //     measured steps (or `trial`, when fewer). The first `dense` steps of training run no plan that
-//     compresses (PowerSGD's quality evidence: DDP's hook starts it after its own dense steps, and
-//     auto's start at 2 reaches the targets, docs/results/auto-penalty); plans that compress join
-//     the trial's turns from then. Plans that compress are charged `penalty` for the steps they may
-//     cost. With `regimes=on`, Accordion's RegimeDetector over the gradient norm keeps them out of
-//     critical regimes after the start too, and a learning-rate decay (to half the rate at the last
-//     window end or less: a step schedule's; a warm-up's rise is none) starts a critical regime and
-//     a trial; off by default (issue 62: the critical windows cost more time than the quality they
-//     protect). It measures again every `reprobe` steps (0: never). The cost model
-//     (comm/cost_model.h, over the base options' link) predicts each plan's exchange per step at
-//     this world when training starts. A trial turns through its plans from the least predicted
+//     compresses (0 under SGD, kPerCoordinateDense under Adam's family, where PowerSGD from the
+//     first step stalled gpt: adaptive_options.h, docs/results/auto-penalty); plans that compress
+//     join the trial's turns from then. Plans that compress are charged `penalty` for the steps
+//     they may cost. With `regimes=on`, Accordion's RegimeDetector over the gradient norm keeps
+//     them out of critical regimes after the start too, and a learning-rate decay (to half the rate
+//     at the last window end or less: a step schedule's; a warm-up's rise is none) starts a
+//     critical regime and a trial; off by default (issue 62: the critical windows cost more time
+//     than the quality they protect). It measures again every `reprobe` steps (0: never). The cost
+//     model (comm/cost_model.h, over the base options' link) predicts each plan's exchange per step
+//     at this world when training starts. A trial turns through its plans from the least predicted
 //     exchange to the most, and rules out, without measuring it further, a plan whose predicted
 //     exchange alone exceeds `prune` times the fastest step measured (agreed by all ranks) so far
 //     (a step cannot be shorter than its exchange; 0: never), and every plan that cannot beat the
@@ -134,6 +137,9 @@ class AdaptiveStrategy : public Strategy {
   void begin_trial(std::vector<size_t> plans, std::string why);
   // Makes the trial's next turn active, settling each round that ends (collectives).
   void advance_trial();
+  // The running plans' figures agreed by every rank (an allreduce-max: the slowest rank's),
+  // recorded as each plan's measurement (collective).
+  std::vector<TrialFigure> agree_figures();
   // After a round: agrees the figures, rules plans out, settles the trial; false when
   // it ended (a decision was made).
   bool settle_round();

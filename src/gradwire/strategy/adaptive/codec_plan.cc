@@ -113,7 +113,8 @@ TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size
   }
   std::vector<size_t> undecided(contenders.begin(), contenders.end());
   const bool full = samples >= limits.min_samples;
-  if (full || samples >= std::min<size_t>(kEarlySamples, limits.min_samples)) {
+  const bool early = samples >= std::min<size_t>(kEarlySamples, limits.min_samples);
+  if (full || samples >= 1) {
     const double s_l = factor(leader) * step_ms[leader];
     const double e_l = factor(leader) * standard_error_ms[leader];
     // The leader as its own proposed layout might show it (optimistic_ms), for the plans
@@ -135,8 +136,11 @@ TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size
       const double noise = 2 * std::sqrt(e_l * e_l + e_r * e_r);
       const bool known = standard_error_ms[leader] > 0 && standard_error_ms[r] > 0;
       if (!full) {
-        // Before `min_samples`: only a plain loser, slower beyond twice the noise.
-        if (known && gap > 2 * noise) out.leave.push_back(r);
+        // Before `min_samples`: only a plain loser, slower beyond twice the noise from
+        // kEarlySamples on, or a clear one from the first sample.
+        const bool clear = gap > kClearLoss * s_l && predicted_ms[leader] > 0 &&
+                           predicted_ms[r] > predicted_ms[leader];
+        if ((early && known && gap > 2 * noise) || clear) out.leave.push_back(r);
         continue;
       }
       if ((known && std::abs(gap) > noise) || std::abs(gap) <= limits.tie * s_l) {

@@ -70,8 +70,14 @@ ChoiceNoise choice_noise(std::span<const CodecPlan> plans, std::span<const doubl
 // One verdict of an interleaved trial (plan_trial.h), after a round, from the agreed
 // figures of the plans still running (`running`; `contenders`: those that left unresolved
 // in earlier rounds): step_ms and standard_error_ms per plan (0: not
-// measured), `samples` measured steps each. Before `min_samples` only a plain loser leaves
-// (from kEarlySamples on: slower than L beyond twice the noise below). Then,
+// measured), `samples` measured steps each. Before `min_samples` only a plain loser leaves:
+// from kEarlySamples on, one slower than L beyond twice the noise below; from the first
+// sample, a clear one, whose score exceeds L's by more than kClearLoss of it and whose
+// predicted exchange exceeds L's (predicted_ms, both known): one sample has no standard
+// error, so the model must corroborate it, and a plan that loses by half a step is not worth
+// the lead-ins and samples that would measure by how much (on gpt at 100 Mbit none and fp16
+// ran 7 trial steps each at 2.4x and 1.7x PowerSGD's step, about 2 s of the trial,
+// docs/results/e2e-gpt-4hosts-100mbit-rule-seeds). Then,
 // with L = choose_plan() over the running plans and, for every other running plan r, the
 // gap s_r - s_L of their scores and its noise 2 sqrt((f_L e_L)^2 + (f_r e_r)^2):
 //   - |gap| > noise: resolved, r leaves the trial (a faster r the tie passed over too: the
@@ -111,6 +117,7 @@ struct TrialVerdict {
   std::vector<size_t> contenders;  // when finished by the model: all of them, L not among
 };
 inline constexpr size_t kEarlySamples = 3;
+inline constexpr double kClearLoss = 0.5;
 struct TrialLimits {
   size_t min_samples = 5;
   size_t max_samples = 20;

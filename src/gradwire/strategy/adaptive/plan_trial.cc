@@ -36,10 +36,14 @@ void PlanTrial::record(double step_ms, double wait_ms, bool on_proposal) {
   const uint64_t before = s.runs++;
   if (before == 0) {
     s.warmup = step_ms;  // the warm-up: a turn of its own
-    if (rounds_ > 0) {
+    if (rounds_ > 1) {
       turn_ = running_.size();  // a late warm-up ends its round
       return;
     }
+    const bool opening = std::all_of(per_plan_.begin(), per_plan_.end(), [&](const Samples& other) {
+      return &other == &s || other.runs == 0;
+    });
+    if (opening) return;  // the trial's first plan: its lead-in and sample follow
   } else if (lead_ins_ && !s.led_in) {
     s.led_in = true;
     return;  // a lead-in: the plan's next step is its sample
@@ -49,6 +53,10 @@ void PlanTrial::record(double step_ms, double wait_ms, bool on_proposal) {
     if (step_ms > 0) {
       (on_proposal ? s.proposal : s.first).push_back(step_ms);
       s.wait.push_back(wait_ms);
+    }
+    if (rounds_ == 0) {
+      turn_ = running_.size();  // the opening turn's sample ends round 0
+      return;
     }
   }
   ++turn_;

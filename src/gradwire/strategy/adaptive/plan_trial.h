@@ -1,9 +1,15 @@
 // One measurement of auto's plans, their steps interleaved (ALGORITHMS.md 9).
 //
 // The plans of a trial take turns in a fixed order: a plan's first turn is one step, its
-// warm-up, every later turn two (with lead-ins, below) or one, A B C A A B B C C ... A
-// round is one turn of every plan still running that may run now (auto's `allowed`: a
-// plan that compresses waits out the dense start). Interleaving makes the plans share the
+// warm-up, every later turn two (with lead-ins, below) or one. A round is one turn of every
+// plan still running that may run now (auto's `allowed`: a plan that compresses waits out
+// the dense start), except round 0, the opening: the first plan that may run, alone, for its
+// warm-up, a lead-in and its first sample: A A A | A A B C | A A B B C C ... auto orders its
+// plans from the least predicted exchange, so on a slow link the opener is the likeliest
+// winner, and the model rules the others out against a measured step before they warm up (a
+// warm-up, with its allocations and first factors, is a loose bound: on cnn-wide at 100
+// Mbit PowerSGD's sample of about 124 ms rules out int8, fp16 and none, whose warm-ups cost
+// 0.4-1.2 s each). Interleaving makes the plans share the
 // job's drift (the first steps' allocations and caches, a neighbour's load, the data):
 // each plan's figure is measured over the same stretch of training as the others'.
 //
@@ -22,14 +28,15 @@
 // round (set_lead_ins()): a lead-in doubles what a losing plan's sample costs, and where the
 // exchanges are short beside a step the leftovers are too (AdaptiveStrategy::
 // trial_needs_lead_ins()). A plan's first step, its warm-up (allocations, PowerSGD's first
-// factors), is no sample either, but bounds its step from above: in the round where the
-// plans warm up, the model rules the slowest out on that one step each. A plan that warms
-// up after the first round (held back by the dense start) ends its round there, so that
-// its warm-up can rule the others out before they run another turn. Each sample gives the step's
-// wall time (between two synchronize() returns), on the plan's first bucket layout or on the layout
-// it proposes (AllreduceStrategy's own comparison runs on the plan's own steps), and the time its
-// synchronize() waited for the exchange after backward. (A plan that `allowed` stops between its
-// lead-in and its sample, a regime change with regimes=on, takes its sample at its next turn.)
+// factors), is no sample either, but bounds its step from above: in round 1, where the plans
+// after the opener warm up, the model rules the slowest out on that one step each. A plan
+// that warms up after round 1 (held back by a longer dense start) ends its round there, so
+// that its warm-up can rule the others out before they run another turn. Each sample gives the
+// step's wall time (between two synchronize() returns), on the plan's first bucket layout or on the
+// layout it proposes (AllreduceStrategy's own comparison runs on the plan's own steps), and the
+// time its synchronize() waited for the exchange after backward. (A plan that `allowed` stops
+// between its lead-in and its sample, a regime change with regimes=on, takes its sample at its next
+// turn.)
 //
 // PlanTrial keeps the turns and the samples; it has no collectives. After each round auto
 // agrees the ranks' figures (local_figures(): an allreduce-max, the slowest rank's) and
