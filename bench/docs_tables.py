@@ -66,6 +66,11 @@ GENERATORS = {
     "e2e-cnn-wide-4hosts-100mbit-rule-seeds/late_quality.md": [
         "e2e/late_quality.py", ".", "531"],
     "e2e-gpt-4hosts-100mbit-rule-seeds/late_quality.md": ["e2e/late_quality.py", ".", "288"],
+    "e2e-gpt-4hosts-100mbit-open-seeds/late_quality.md": ["e2e/late_quality.py", ".", "288"],
+    "e2e-cnn-wide-4hosts-100mbit-open-seeds/late_quality.md": [
+        "e2e/late_quality.py", ".", "531"],
+    "e2e-cnn-wide-4hosts-100mbit-hook-open-seeds/late_quality.md": [
+        "e2e/late_quality.py", ".", "531"],
     "e2e-cnn-wide-4hosts-100mbit-hook-rule-seeds/late_quality.md": [
         "e2e/late_quality.py", ".", "531"],
     "e2e-gpt-4hosts-10mbit-tuning-2epochs-seed100/crossings.md": [

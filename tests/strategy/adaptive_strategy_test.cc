@@ -243,10 +243,14 @@ TEST(AutoTest, TheModelRulesOutAPlanWhoseExchangeAloneExceedsTwiceTheBestStep) {
 TEST(AutoTest, TheCallersStatusIsCarriedOrExchangedWhicheverPlanRuns) {
   // fp16 on the reduce-scatter cannot carry the caller's status words on its collectives,
   // none can: auto takes them either way (no collective of the caller's per step), and
-  // every step leaves in them the OR over the ranks, whichever plan ran it.
+  // every step leaves in them the OR over the ranks, whichever plan ran it. Over a
+  // simulated 25 kB/s link every step waits for its exchange, so that neither plan is
+  // ruled out unrun (cannot_beat(): no wait, no gain to make) and both run in 8 steps: fp16's
+  // opening (steps 0-2), its turn and none's warm-up (3-5), fp16's next turn.
   std::vector<std::vector<std::string>> plans(2);
   std::vector<std::vector<std::vector<float>>> seen(2);
-  comm::run_local_ranks(2, 20s, [&](comm::Collectives& c) {
+  comm::run_local_ranks(2, 20s, [&](comm::Collectives& local) {
+    ThrottledCollectives c(local, 25e3);
     const int rank = c.rank();
     const auto tensors = fc_tensors(8, 8);
     std::vector<std::vector<float>> params, grads;
@@ -360,6 +364,20 @@ TEST(AutoTest, FitKeepsTheTensorBackwardHidesExactAndCompressesTheExposedOne) {
   }
 }
 
+// Two 256 x 256 weights (256 KiB each in fp32: one first bucket of 512 KiB) over a
+// simulated 1.25 MB/s link the model knows, auto choosing between none and fp16.
+RunSettings none_or_fp16_job(int steps) {
+  RunSettings settings;
+  settings.codec = "auto:window=100,trial=5,plans=none/fp16";
+  settings.steps = steps;
+  settings.timeout = 60s;
+  settings.tensors = {{"a.weight", {256, 256}, LayerKind::kFcWeight},
+                      {"b.weight", {256, 256}, LayerKind::kFcWeight}};
+  settings.bytes_per_s = 1.25e6;
+  settings.link = comm::LinkModel::from_bandwidth(0, 8 * 1.25e6);
+  return settings;
+}
+
 TEST(AutoTest, APlainLoserLeavesTheTrialAfterThreeStepsOfItsOwn) {
   // Two 256 x 256 weights (256 KiB each in fp32: one first bucket of 512 KiB) over a
   // simulated 1.25 MB/s link; backward reports b.weight 250 ms before a.weight. On their
@@ -370,14 +388,7 @@ TEST(AutoTest, APlainLoserLeavesTheTrialAfterThreeStepsOfItsOwn) {
   // rounds of a lead-in and a sample each: step 18), before `trial` (5) and before its own
   // layout could propose anything (after 6 measured steps: lead-ins are not). fp16, alone,
   // is chosen then; a loaded machine may take the full verdict (step 26) or a round more.
-  RunSettings settings;
-  settings.codec = "auto:window=100,trial=5,plans=none/fp16";
-  settings.steps = 34;
-  settings.timeout = 60s;
-  settings.tensors = {{"a.weight", {256, 256}, LayerKind::kFcWeight},
-                      {"b.weight", {256, 256}, LayerKind::kFcWeight}};
-  settings.bytes_per_s = 1.25e6;
-  settings.link = comm::LinkModel::from_bandwidth(0, 8 * 1.25e6);
+  RunSettings settings = none_or_fp16_job(34);
   settings.hooks = true;
   settings.backward = 250ms;
   std::vector<std::vector<float>> inputs;
@@ -419,14 +430,7 @@ TEST(AutoTest, AClearLoserLeavesTheTrialAfterItsFirstSample) {
   // (steps 0-2), round 1 (fp16's turn, none's warm-up: 3-5), round 2 (a lead-in and a
   // sample each: 6-9): fp16 is chosen at step 10 (a loaded machine: a round later), none
   // ran 3 steps (5).
-  RunSettings settings;
-  settings.codec = "auto:window=100,trial=5,plans=none/fp16";
-  settings.steps = 16;
-  settings.timeout = 60s;
-  settings.tensors = {{"a.weight", {256, 256}, LayerKind::kFcWeight},
-                      {"b.weight", {256, 256}, LayerKind::kFcWeight}};
-  settings.bytes_per_s = 1.25e6;
-  settings.link = comm::LinkModel::from_bandwidth(0, 8 * 1.25e6);
+  RunSettings settings = none_or_fp16_job(16);
   settings.compute = 50ms;
   const auto runs = run_ranks(2, settings);
   for (int r = 0; r < 2; ++r) {

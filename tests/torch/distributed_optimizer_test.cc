@@ -253,14 +253,17 @@ TEST(DistributedOptimizerTest, CodecMismatchFailsAtConstruction) {
 }
 
 // auto under an optimizer that scales each coordinate (Adam, AdamW...) runs its PowerSGD
-// plan at the rank that converged under AdamW (registry.h); under SGD at its own; a
-// rank or plans the user gave stay.
+// plan at the rank that converged under AdamW, with that family's penalty and dense start
+// (registry.h); under SGD with its own; a rank, plans, penalty or dense start the user gave
+// stay.
 TEST(DistributedOptimizerTest, AutoUnderAdamRunsPowerSgdAtTheRankThatConverges) {
   SmallNet net;
-  const auto rank_of = [](const std::string& spec) {
-    const auto at = spec.find("rank=");
+  // "KEY=VALUE" of a canonical spec, "" where it has no KEY.
+  const auto param_of = [](const std::string& spec, const std::string& key) {
+    const auto at = spec.find(key + "=");
     return at == std::string::npos ? std::string() : spec.substr(at, spec.find(',', at) - at);
   };
+  const auto rank_of = [&](const std::string& spec) { return param_of(spec, "rank"); };
   const std::string adam_rank = "rank=" + std::to_string(strategy::kPerCoordinateRank);
   {
     DistributedOptimizer opt(solo_context(), torch::optim::AdamW(net.parameters()), net,
@@ -280,44 +283,26 @@ TEST(DistributedOptimizerTest, AutoUnderAdamRunsPowerSgdAtTheRankThatConverges) 
                              {.compressor = "auto:rank=4"});
     EXPECT_EQ(rank_of(opt.codec_spec()), "rank=4") << opt.codec_spec();
   }
-  // The penalty under Adam's family is kPerCoordinatePenalty (0: rank 16 needed no more
-  // steps than fp32 on gpt), unless given; under SGD the default (the CNNs').
-  const auto penalty_of = [](const std::string& spec) {
-    const auto at = spec.find("penalty=");
-    return spec.substr(at, spec.find(',', at) - at);
+  // The penalty and the dense start under Adam's family are kPerCoordinatePenalty (0: rank
+  // 16 needed no more steps than fp32 on gpt) and kPerCoordinateDense (PowerSGD from the
+  // first step stalled gpt), unless given; under SGD the defaults (the CNNs' penalty, no
+  // dense start).
+  const auto spec_under = [&](bool adam, const std::string& codec) {
+    if (adam) {
+      return DistributedOptimizer(solo_context(), torch::optim::AdamW(net.parameters()), net,
+                                  {.compressor = codec})
+          .codec_spec();
+    }
+    return DistributedOptimizer(solo_context(), torch::optim::SGD(net.parameters(), 0.1), net,
+                                {.compressor = codec})
+        .codec_spec();
   };
-  {
-    DistributedOptimizer opt(solo_context(), torch::optim::AdamW(net.parameters()), net);
-    EXPECT_EQ(penalty_of(opt.codec_spec()), "penalty=0") << opt.codec_spec();
-  }
-  {
-    DistributedOptimizer opt(solo_context(), torch::optim::AdamW(net.parameters()), net,
-                             {.compressor = "auto:penalty=0.2"});
-    EXPECT_EQ(penalty_of(opt.codec_spec()), "penalty=0.2") << opt.codec_spec();
-  }
-  {
-    DistributedOptimizer opt(solo_context(), torch::optim::SGD(net.parameters(), 0.1), net);
-    EXPECT_EQ(penalty_of(opt.codec_spec()), "penalty=0.096") << opt.codec_spec();
-  }
-  // The dense start: kPerCoordinateDense steps under Adam's family (PowerSGD from the first
-  // step stalled gpt), none under SGD, unless given.
-  const auto dense_of = [](const std::string& spec) {
-    const auto at = spec.find("dense=");
-    return spec.substr(at, spec.find(',', at) - at);
-  };
-  {
-    DistributedOptimizer opt(solo_context(), torch::optim::AdamW(net.parameters()), net);
-    EXPECT_EQ(dense_of(opt.codec_spec()), "dense=2") << opt.codec_spec();
-  }
-  {
-    DistributedOptimizer opt(solo_context(), torch::optim::AdamW(net.parameters()), net,
-                             {.compressor = "auto:dense=5"});
-    EXPECT_EQ(dense_of(opt.codec_spec()), "dense=5") << opt.codec_spec();
-  }
-  {
-    DistributedOptimizer opt(solo_context(), torch::optim::SGD(net.parameters(), 0.1), net);
-    EXPECT_EQ(dense_of(opt.codec_spec()), "dense=0") << opt.codec_spec();
-  }
+  EXPECT_EQ(param_of(spec_under(true, "auto"), "penalty"), "penalty=0");
+  EXPECT_EQ(param_of(spec_under(true, "auto:penalty=0.2"), "penalty"), "penalty=0.2");
+  EXPECT_EQ(param_of(spec_under(false, "auto"), "penalty"), "penalty=0.096");
+  EXPECT_EQ(param_of(spec_under(true, "auto"), "dense"), "dense=2");
+  EXPECT_EQ(param_of(spec_under(true, "auto:dense=5"), "dense"), "dense=5");
+  EXPECT_EQ(param_of(spec_under(false, "auto"), "dense"), "dense=0");
 }
 
 double sgd_momentum(DistributedOptimizer& opt) {
