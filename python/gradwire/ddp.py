@@ -71,9 +71,9 @@ class HookState:
             that family's penalty (0, not SGD's 0.096) and waits out 2 dense steps (none
             under SGD), as the C++ path's does (a low-rank gradient fed back later makes
             Adam's step sizes of its own: rank 8 ended above fp32's loss on gpt, and
-            PowerSGD from the first step stalled it in one seed); and auto follows its learning rate, as the C++ path does:
-            with "auto:regimes=on" a decay to half or less starts a critical regime and a
-            new trial of the plans. Without it, auto assumes SGD at a fixed rate.
+            PowerSGD from the first step stalled it in one seed); and auto follows its
+            learning rate, as the C++ path does: with "auto:regimes=on" a decay to half
+            or less starts a critical regime and a new trial of the plans. Without it, auto assumes SGD at a fixed rate.
             The hook also follows its zero_grad() and step() (the latest hook state given
             an optimizer does): a rank whose backward threw before any gradient was final
             (a bad batch the program skipped) then takes part in the others' exchange of
