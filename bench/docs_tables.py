@@ -71,6 +71,9 @@ GENERATORS = {
         "e2e/late_quality.py", ".", "531"],
     "e2e-cnn-wide-4hosts-100mbit-hook-open-seeds/late_quality.md": [
         "e2e/late_quality.py", ".", "531"],
+    "e2e-cnn-4hosts-100mbit-open-seeds/late_quality.md": ["e2e/late_quality.py", ".", "531"],
+    "e2e-cnn-4hosts-10gbit-3epochs-open-seeds/late_quality.md": [
+        "e2e/late_quality.py", ".", "531"],
     "e2e-cnn-wide-4hosts-100mbit-hook-rule-seeds/late_quality.md": [
         "e2e/late_quality.py", ".", "531"],
     "e2e-gpt-4hosts-10mbit-tuning-2epochs-seed100/crossings.md": [
@@ -108,6 +111,7 @@ GENERATORS = {
     "timeline-cost/results.md": ["timeline/timeline_cost.py", "."],
     "gpt-adamw-codecs/results.md": ["quality/adam_codecs_table.py", "."],
     "headline/results.md": ["headline_table.py", ".."],
+    "auto-standing/results.md": ["e2e/auto_standing.py", ".."],
     "hook-cost/results.md": ["python/hook_cost_table.py", "."],
     "hook-own-group-ab/results.md": ["python/own_group_ab.py", "."],
     "gpt-diloco-quality/results.md": ["quality/adam_codecs_table.py", "."],

@@ -29,10 +29,10 @@ import plot_e2e  # noqa: E402
 # matrix stands for the default there; at 10 Gbit none, the trial of 0190039.
 ONE_STEP_TURNS = "auto, trial of one-step turns (0190039)"
 ROWS = [
-    ("e2e-cnn-4hosts-100mbit-lead-in-seeds", 4, "auto", "auto (the default)", 3),
-    ("e2e-cnn-wide-4hosts-1gbit-lead-in-rule-seeds", 4, "auto", "auto (the default)", 3),
-    ("e2e-cnn-4hosts-10gbit-3epochs-lead-in-rule-seeds", 4, "auto", "auto (the default)", 3),
-    ("e2e-cnn-wide-4hosts-10gbit-lead-in-rule-seeds", 4, "auto", "auto (the default)", 3),
+    ("e2e-cnn-4hosts-100mbit-open-seeds", 4, "auto", "auto (the default)", 3),
+    ("e2e-cnn-wide-4hosts-1gbit-open-seeds", 4, "auto", "auto (the default)", 3),
+    ("e2e-cnn-4hosts-10gbit-3epochs-open-seeds", 4, "auto", "auto (the default)", 3),
+    ("e2e-cnn-wide-4hosts-10gbit-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-gpt-4hosts-10gbit-lead-in-rule-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-wide-4hosts-100mbit-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-wide-4hosts-100mbit-open-seeds", 4, "powersgd",
