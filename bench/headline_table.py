@@ -21,19 +21,15 @@ import plot_e2e  # noqa: E402
 # machine it ran on: 1 the first 2-core machine, 2 the second, AMD EPYC, about twice as fast
 # a step, 3 a third, AMD EPYC, a little slower than 2; seconds compare within a machine
 # only); every bandwidth of the folder is shown
-# auto as issue 62 first rebuilt it (0190039), its trial's turns one step each: a plan's
-# sample followed another plan's step and paid its leftovers (ALGORITHMS.md 9). 954e972
-# measured a step that follows the plan's own on every link (a lead-in before each
-# sample); 3e46b58, the default, leads in only where a running plan's exchange is 15% of
-# a step or more: on cnn at 100 Mbit that is every turn, the trial of 954e972, whose
-# matrix stands for the default there; at 10 Gbit none, the trial of 0190039.
-ONE_STEP_TURNS = "auto, trial of one-step turns (0190039)"
+# The rows "auto (the default)" are 9004d22's auto (its opening turn: the least-exchange
+# plan opens the trial alone; no dense start under SGD; ALGORITHMS.md 9).
 ROWS = [
     ("e2e-cnn-4hosts-100mbit-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-wide-4hosts-1gbit-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-4hosts-10gbit-3epochs-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-wide-4hosts-10gbit-open-seeds", 4, "auto", "auto (the default)", 3),
-    ("e2e-gpt-4hosts-10gbit-lead-in-rule-seeds", 4, "auto", "auto (the default)", 3),
+    ("e2e-gpt-4hosts-10gbit-open-ftz-seeds", 4, "auto",
+     "auto (the default); every process in flush-to-zero mode", 3),
     ("e2e-cnn-wide-4hosts-100mbit-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-wide-4hosts-100mbit-open-seeds", 4, "powersgd",
      "PowerSGD rank 8, as DDP's hook runs it", 3),
@@ -57,9 +53,9 @@ ROWS = [
      "Python: DDP + `gradwire.ddp.hook`, auto (the default)", 3),
     ("e2e-cnn-wide-4hosts-100mbit-hook-open-seeds", 4, "ddp:gradwire-powersgd",
      "Python: DDP + `gradwire.ddp.hook`, PowerSGD rank 8", 3),
-    ("e2e-gpt-4hosts-100mbit-hook-auto-seeds", 4, "ddp:gradwire-auto",
-     "Python: DDP + `gradwire.ddp.hook`, " + ONE_STEP_TURNS, 3),
-    ("e2e-gpt-4hosts-100mbit-hook-auto-seeds", 4, "ddp:gradwire-powersgd",
+    ("e2e-gpt-4hosts-100mbit-hook-open-seeds", 4, "ddp:gradwire-auto",
+     "Python: DDP + `gradwire.ddp.hook`, auto (the default)", 3),
+    ("e2e-gpt-4hosts-100mbit-hook-open-seeds", 4, "ddp:gradwire-powersgd",
      "Python: DDP + `gradwire.ddp.hook`, PowerSGD rank 16", 3),
 ]
 
