@@ -72,6 +72,7 @@ GENERATORS = {
     "e2e-cnn-wide-4hosts-100mbit-hook-open-seeds/late_quality.md": [
         "e2e/late_quality.py", ".", "531"],
     "e2e-cnn-4hosts-100mbit-open-seeds/late_quality.md": ["e2e/late_quality.py", ".", "531"],
+    "e2e-cnn-4hosts-1gbit-open-seeds/late_quality.md": ["e2e/late_quality.py", ".", "531"],
     "e2e-gpt-4hosts-100mbit-hook-open-seeds/late_quality.md": [
         "e2e/late_quality.py", ".", "288"],
     "e2e-gpt-4hosts-10gbit-open-ftz-seeds/late_quality.md": [
