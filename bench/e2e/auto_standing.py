@@ -118,8 +118,9 @@ def main(root):
              "DDP | final quality, auto less DDP | seeds |",
              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for folder, path in MATRICES:
-        if os.path.isdir(os.path.join(root, folder)):
-            lines += rows_of(root, folder, path)
+        if not os.path.isdir(os.path.join(root, folder)):
+            sys.exit(f"auto_standing: no matrix {folder} in {root}")
+        lines += rows_of(root, folder, path)
     print("\n".join(lines))
 
 
