@@ -63,24 +63,6 @@ GENERATORS = {
     "codec-speed/results.md": ["codec_tables.py", "."],
     "int8-paths/results.md": ["quality/int8_paths_table.py", "."],
     "auto-penalty/results.md": ["quality/penalty_table.py", "."],
-    "e2e-cnn-wide-4hosts-100mbit-rule-seeds/late_quality.md": [
-        "e2e/late_quality.py", ".", "531"],
-    "e2e-gpt-4hosts-100mbit-rule-seeds/late_quality.md": ["e2e/late_quality.py", ".", "288"],
-    "e2e-gpt-4hosts-100mbit-open-seeds/late_quality.md": ["e2e/late_quality.py", ".", "288"],
-    "e2e-cnn-wide-4hosts-100mbit-open-seeds/late_quality.md": [
-        "e2e/late_quality.py", ".", "531"],
-    "e2e-cnn-wide-4hosts-100mbit-hook-open-seeds/late_quality.md": [
-        "e2e/late_quality.py", ".", "531"],
-    "e2e-cnn-4hosts-100mbit-open-seeds/late_quality.md": ["e2e/late_quality.py", ".", "531"],
-    "e2e-cnn-4hosts-1gbit-open-seeds/late_quality.md": ["e2e/late_quality.py", ".", "531"],
-    "e2e-gpt-4hosts-100mbit-hook-open-seeds/late_quality.md": [
-        "e2e/late_quality.py", ".", "288"],
-    "e2e-gpt-4hosts-10gbit-open-ftz-seeds/late_quality.md": [
-        "e2e/late_quality.py", ".", "288"],
-    "e2e-cnn-4hosts-10gbit-3epochs-open-seeds/late_quality.md": [
-        "e2e/late_quality.py", ".", "531"],
-    "e2e-cnn-wide-4hosts-100mbit-hook-rule-seeds/late_quality.md": [
-        "e2e/late_quality.py", ".", "531"],
     "e2e-gpt-4hosts-10mbit-tuning-2epochs-seed100/crossings.md": [
         "e2e/crossings.py", "."] + GPT_LOSSES,
     "e2e-gpt-4hosts-10mbit-tuning-2epochs-seeds101-102/crossings.md": [
@@ -131,6 +113,23 @@ GENERATORS["quantized-paths-8ranks/results.md"] = [
     f"run{r}/world-{w}.jsonl" for r in (1, 2, 3) for w in (2, 4, 8)]
 # A step's cost at two per-rank batches (bench/e2e/batch_step_cost.sh's runs).
 GENERATORS["batch-probe-cnn-wide/results.md"] = ["e2e/batch_step_cost.py", "."]
+# Each run's mean of its last four evaluations (bench/e2e/late_quality.py), from the rank
+# step of the fourth last: 531 of cnn's and cnn-wide's three epochs, 288 of gpt's epoch.
+LATE_QUALITY = {
+    "e2e-cnn-wide-4hosts-100mbit-rule-seeds": 531,
+    "e2e-gpt-4hosts-100mbit-rule-seeds": 288,
+    "e2e-gpt-4hosts-100mbit-open-seeds": 288,
+    "e2e-cnn-wide-4hosts-100mbit-open-seeds": 531,
+    "e2e-cnn-wide-4hosts-100mbit-hook-open-seeds": 531,
+    "e2e-cnn-wide-4hosts-100mbit-hook-rule-seeds": 531,
+    "e2e-cnn-4hosts-100mbit-open-seeds": 531,
+    "e2e-cnn-4hosts-1gbit-open-seeds": 531,
+    "e2e-cnn-4hosts-10gbit-3epochs-open-seeds": 531,
+    "e2e-gpt-4hosts-100mbit-hook-open-seeds": 288,
+    "e2e-gpt-4hosts-10gbit-open-ftz-seeds": 288,
+}
+for _folder, _from_step in LATE_QUALITY.items():
+    GENERATORS[_folder + "/late_quality.md"] = ["e2e/late_quality.py", ".", str(_from_step)]
 # What auto chose and why, from the codec events of its e2e runs (bench/e2e/auto_choices.py).
 GENERATORS["auto-choices/results.md"] = [
     "e2e/auto_choices.py", "../e2e-cnn-4hosts-auto-choices",
