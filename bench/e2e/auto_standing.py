@@ -6,9 +6,9 @@ and against the best DDP configuration, seed by seed within a round.
     auto_standing.py ..    (the folder holding the matrices' folders; docs_tables.py runs it)
 
 Columns: the best fixed configuration (of gradwire's configurations other than `auto`, the
-one reaching the plateau target in the most seeds, then soonest: plot_e2e.best_ddp()'s
-rule), `auto`'s training time, time to the target and time to the strict target (the
-round's floor's final quality) over it as mean [min, max] of the per-seed ratios, and the
+one reaching the plateau target in the most seeds, then soonest: plot_e2e.best_of()),
+`auto`'s training time, time to the target and time to the strict target (the round's
+floor's final quality) over it as mean [min, max] of the per-seed ratios, and the
 bar the issue sets (1.05; 1.03 for training time at 10 Gbit/s, where fp32 is right and
 the best fixed configuration is `none`): "every seed" when every ratio is within it, "mean"
 when only the mean is, "missed" else; then the time to the target over the best DDP
@@ -69,7 +69,7 @@ def rows_of(root, folder, path):
             hook = auto.startswith("ddp:")
             fixed = [c for c in configs if c != auto and not plot_e2e.is_ddp_baseline(c)
                      and c.startswith("ddp:gradwire-") == hook]
-            best_fixed = _best(summary, model, bw, fixed)
+            best_fixed = plot_e2e.best_of(summary, model, bw, fixed)
             best = plot_e2e.best_ddp(summary, model, bw, configs)
             mine = summary[(model, bw, auto)]
             cells = [model, bw, path]
@@ -97,18 +97,6 @@ def rows_of(root, folder, path):
             cells.append(str(len(mine["per_seed"])))
             out.append("| " + " | ".join(cells) + " |")
     return out
-
-
-def _best(summary, model, bw, configs):
-    """The configuration of `configs` that reached the plateau target in the most seeds,
-    then with the least mean time to it (a seed that never reached it counting as its
-    whole training time): plot_e2e.best_ddp()'s rule."""
-    def cost(config):
-        s = summary[(model, bw, config)]
-        return (-s["reached"], plot_e2e.mean(
-            [p["target"] if p["target"] is not None else p["train_s"]
-             for p in s["per_seed"].values()]))
-    return min(configs, key=cost) if configs else None
 
 
 def main(root):

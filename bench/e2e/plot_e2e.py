@@ -316,17 +316,22 @@ def is_ddp_baseline(config):
     return config.startswith("ddp:") and not config.startswith("ddp:gradwire-")
 
 
-def best_ddp(summary, model, bw, configs):
-    """The DDP configuration of the table that reached the plateau target in the most
-    seeds, and of those the one with the least mean time to it (a seed that never reached
-    it counting as its whole training time), or None: a configuration that trains fast but
-    misses the target is no baseline."""
+def best_of(summary, model, bw, configs):
+    """Of `configs`, the one that reached the plateau target in the most seeds, and of
+    those the one with the least mean time to it (a seed that never reached it counting as
+    its whole training time), or None when `configs` is empty."""
     def cost(config):
         s = summary[(model, bw, config)]
         return (-s["reached"], mean([p["target"] if p["target"] is not None else p["train_s"]
                                      for p in s["per_seed"].values()]))
-    ddp = [c for c in configs if is_ddp_baseline(c) and (model, bw, c) in summary]
-    return min(ddp, key=cost) if ddp else None
+    return min(configs, key=cost) if configs else None
+
+
+def best_ddp(summary, model, bw, configs):
+    """The best DDP configuration of the table (best_of()), or None: a configuration that
+    trains fast but misses the target is no baseline."""
+    return best_of(summary, model, bw, [c for c in configs
+                                        if is_ddp_baseline(c) and (model, bw, c) in summary])
 
 
 def ordered(values, key=None):
