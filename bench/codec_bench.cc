@@ -56,6 +56,7 @@ const CodecBench kCodecs[] = {
     {"spectral", "spectral:ef=0", "spectral:ef=1", false},
     {"powersgd", "powersgd:ef=0", "powersgd:ef=1", false},
     {"powersgd-r16", "powersgd:rank=16,ef=0", "powersgd:rank=16,ef=1", false},  // gpt's rank
+    {"sparseloco", "sparseloco:ef=0", "sparseloco", false},  // DiLoCo's outer gradient
 };
 
 void set_throughput(benchmark::State& state, size_t n) {

@@ -186,8 +186,9 @@ struct GossipReport {
 // exchanged: clip it, log it as in single-process training) and nothing goes over the
 // network until, every inner_steps steps, the ranks average their outer gradient (the
 // parameters at the round's start minus the current ones) through the codec
-// (DistributedOptions::compressor: none, fp16, bf16, int8 or int4; the 4-bit codes go by a
-// reduce-scatter and an allgather of payloads) and every rank applies the same outer step,
+// (DistributedOptions::compressor: none, fp16, bf16, int8, int4 or sparseloco; the 4-bit
+// codes go by a reduce-scatter and an allgather of payloads, SparseLoCo's sparse 2-bit ones
+// by an allgather) and every rank applies the same outer step,
 // SGD with Nesterov momentum. Buffers follow rank 0 once every fragment has synchronized:
 // rank 0's, as they were when the round's last fragment was sent, travel in that
 // fragment's exchange and replace every rank's when it lands (so no broadcast of step()
@@ -198,11 +199,12 @@ struct GossipReport {
 // next round carries it to the others). Between synchronizations the ranks' models differ:
 // call DistributedOptimizer::finish() after the last step, which averages what every part
 // did since its last synchronization, and every rank holds the same model (through the
-// codec: exact with none, a quantized mean with int8 or int4, within its error).
+// codec: exact with none, a quantized mean with int8 or int4, within its error; with
+// sparseloco the mean of what the ranks' accumulators send, the rest staying unsent).
 // Failures: an exchange that fails (a collective, or the codec refusing a rank's outer
-// gradient: int8 and int4 on non-finite values; with none or fp16 a non-finite mean) fails
-// that step() on every rank, naming the rank where the codec refused it, and is not merged;
-// every later step() and finish() throws the same error (the ranks' models are no longer
+// gradient: int8, int4 and sparseloco on non-finite values; with none or fp16 a non-finite
+// mean) fails that step() on every rank, naming the rank where the codec refused it, and is not
+// merged; every later step() and finish() throws the same error (the ranks' models are no longer
 // kept together: restart from a checkpoint). The model may be loaded (torch::load) or its
 // parameters given new storage of the same shape between steps: each step takes the
 // parameters where they are; a parameter of another size is named at the next step.

@@ -18,8 +18,8 @@ finish() (afterwards it is a local step again).
 Every rank steps the inner optimizer on its own gradients; every `inner_steps` steps each of
 the `fragments` parts of the model is averaged over the ranks, on gradwire's exchange
 thread, as its outer gradient theta_global - theta encoded by `codec` ("none", "fp16",
-"bf16", "int8", "int4"), and lands `delay` steps later with the outer step (Nesterov
-momentum `outer_momentum`, rate `outer_lr`). The model to evaluate is the one the ranks
+"bf16", "int8", "int4", "sparseloco"), and lands `delay` steps later with the outer step
+(Nesterov momentum `outer_momentum`, rate `outer_lr`). The model to evaluate is the one the ranks
 agree on: global_model_state().
 """
 import logging
@@ -53,7 +53,11 @@ class DiLoCo:
             gradwire's tuning found better than the papers' Nesterov 0.7/0.9 at 4 ranks.
         outer_warmup: outer steps over which outer_lr ramps up linearly, per fragment
             (its k-th outer step takes outer_lr * min(1, (k + 1) / outer_warmup); 0: none).
-        codec: the outer gradient's encoding: "none", "fp16", "bf16", "int8", "int4".
+        codec: the outer gradient's encoding: "none", "fp16", "bf16", "int8", "int4", or
+            "sparseloco" (SparseLoCo: each rank's own error-feedback accumulator, decaying by
+            beta, of which the top-k of every chunk goes in 2 bits a value by an allgather;
+            e.g. "sparseloco:density=0.02,bits=2,beta=0.95", docs/CODECS.md; with it the
+            defaults' outer step, rate 1 and no momentum, is SparseLoCo's own).
         process_group: the ranks (default: the default group's). DiLoCo exchanges over a
             Gloo group of its own over them, made here (a collective), so that the
             program's own collectives never meet DiLoCo's exchange thread on one group. It

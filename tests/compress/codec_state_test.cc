@@ -78,6 +78,9 @@ const std::vector<std::string> kSpecs = {
     "powersgd:rank=2,start=5",
     "powersgd:rank=2,start=7",
     "powersgd:rank=1,ef=0",
+    "sparseloco",
+    "sparseloco:chunk=64,density=0.1,bits=3,beta=1",
+    "sparseloco:chunk=256,bits=1,ef=0",
 };
 
 // The gradient of step `step` in run `run`: its own seed, and a scale that shrinks as

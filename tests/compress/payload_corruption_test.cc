@@ -40,7 +40,9 @@ const Case kCases[] = {{"none", 37},
                        {"int8", 37},
                        {"int8:block=16", 203},
                        {"int4", 37},
-                       {"int4:block=16", 203}};
+                       {"int4:block=16", 203},
+                       {"sparseloco:chunk=64,density=0.1", 203},
+                       {"sparseloco:chunk=16,density=0.25,bits=4", 37}};
 
 // Decoding `payload` must throw E and leave the accumulator unchanged.
 template <typename E>

@@ -237,7 +237,7 @@ def finish_worker(rank, world, codec):
     return global_state, local, [p.detach().clone() for p in model.parameters()]
 
 
-@pytest.mark.parametrize("codec", ["int4", "int8"])
+@pytest.mark.parametrize("codec", ["int4", "int8", "sparseloco:chunk=64,density=0.1"])
 def test_finish_leaves_one_model_on_every_rank(codec):
     results = expect_success(run_ranks(3, finish_worker, codec))
     for rank in range(1, 3):
@@ -251,9 +251,9 @@ def test_finish_leaves_one_model_on_every_rank(codec):
 
 # --- a resume while an exchange is in flight ----------------------------------------------
 
-def resume_worker(rank, world):
+def resume_worker(rank, world, codec):
     data = batches(rank, 12, seed=5)
-    options = dict(inner_steps=4, fragments=2, delay=2, codec="int8")
+    options = dict(inner_steps=4, fragments=2, delay=2, codec=codec)
 
     model = make_model()
     opt = torch.optim.AdamW(model.parameters(), lr=1e-2)
@@ -285,8 +285,10 @@ def resume_worker(rank, world):
     return straight, [p.detach().clone() for p in model2.parameters()]
 
 
-def test_resume_mid_exchange_equals_the_uninterrupted_run():
-    for rank, (a, b) in enumerate(expect_success(run_ranks(2, resume_worker))):
+# sparseloco: each rank's own accumulator travels in its own checkpoint.
+@pytest.mark.parametrize("codec", ["int8", "sparseloco:chunk=64,density=0.1"])
+def test_resume_mid_exchange_equals_the_uninterrupted_run(codec):
+    for rank, (a, b) in enumerate(expect_success(run_ranks(2, resume_worker, codec))):
         for k, (x, y) in enumerate(zip(a, b)):
             assert torch.equal(x, y), (rank, k, (x - y).abs().max().item())
 
@@ -338,12 +340,12 @@ def test_a_rollback_during_an_exchange_waits_for_it_and_equals_the_straight_run(
             assert torch.equal(x, y), (rank, k, (x - y).abs().max().item())
 
 
-def diverged_rollback_worker(rank, world):
+def diverged_rollback_worker(rank, world, codec):
     """Rank 1's model diverges at step 3 (NaN): the round's exchange fails on every rank
     alike; every rank loads the checkpoint of step 2 and goes on. Against a run that never
     diverged."""
     data = batches(rank, 8, seed=8)
-    options = dict(inner_steps=2, fragments=1, codec="int8")
+    options = dict(inner_steps=2, fragments=1, codec=codec)
 
     def train(steps, model, opt, diloco):
         for i in steps:
@@ -376,9 +378,10 @@ def diverged_rollback_worker(rank, world):
     return failure, rolled_back, [p.detach().clone() for p in model2.parameters()]
 
 
-def test_after_a_diverged_rank_every_rank_rolls_back_to_the_checkpoint():
+@pytest.mark.parametrize("codec", ["int8", "sparseloco:chunk=64,density=0.1"])
+def test_after_a_diverged_rank_every_rank_rolls_back_to_the_checkpoint(codec):
     for rank, (failure, a, b) in enumerate(expect_success(run_ranks(2, diverged_rollback_worker,
-                                                                    timeout=90))):
+                                                                    codec, timeout=90))):
         assert failure[0] == "Error" and "rank 1" in failure[1], (rank, failure)
         for k, (x, y) in enumerate(zip(a, b)):
             assert torch.equal(x, y), (rank, k, (x - y).abs().max().item())

@@ -172,7 +172,8 @@ INSTANTIATE_TEST_SUITE_P(
                           AggregateCase{"spectral", 0.04}, AggregateCase{"hylo", 0.1},
                           AggregateCase{"conv=filter-topk:rate=0.5,other=none", 0.005},
                           AggregateCase{"powersgd:rank=2", 0.03}, AggregateCase{"int8", 0.01},
-                          AggregateCase{"int8:ef=0", 0.05}),
+                          AggregateCase{"int8:ef=0", 0.05},
+                          AggregateCase{"sparseloco:beta=1,chunk=64,density=0.1", 0.03}),
         ::testing::Values(2, 4)),
     [](const auto& info) {
       std::string name =

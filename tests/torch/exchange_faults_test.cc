@@ -299,14 +299,14 @@ DistributedOptions diloco_options(const std::string& codec, uint64_t delay) {
 }
 
 // The loop of a DiLoCo job whose rank 1 diverges (its parameters set to NaN after step 1):
-// at the round's exchange (step 3) the int8 and int4 codecs refuse its outer gradient, and
-// fp32 carries the NaN into the mean. Every rank must fail that step, promptly, naming rank 1
+// at the round's exchange (step 3) the int8, int4 and sparseloco codecs refuse its outer gradient,
+// and fp32 carries the NaN into the mean. Every rank must fail that step, promptly, naming rank 1
 // where the codec refused; nothing is merged, and every later step fails the same way
 // (before, int4 and int8 threw on rank 1 before their first collective and rank 0 waited out
 // the timeout).
 TEST(ExchangeFaultsTest, ADiLoCoRankWhoseModelDivergedFailsTheRoundOnEveryRank) {
   const Problem problem;
-  for (const std::string codec : {"int4", "int8", "none"}) {
+  for (const std::string codec : {"int4", "int8", "sparseloco", "none"}) {
     SCOPED_TRACE(codec);
     std::vector<std::map<int, std::string>> errors(kWorld);
     std::vector<double> took(kWorld);

@@ -267,12 +267,13 @@ void add_train_command(CLI::App& app, int& exit_code) {
                   "DiLoCo: inner steps a fragment's exchange overlaps before it is merged (at "
                   "most inner steps / fragments)")
       ->capture_default_str();
-  cmd->add_option("--compressor", o.exchange.compressor,
-                  "Codec spec (none, fp16, int8, topk:density=0.01, powersgd:rank=2, ...), a "
-                  "layer policy (conv=...,fc=...,other=...), or an adaptive codec: auto "
-                  "(measures none, fp16, int8 and PowerSGD and picks), accordion "
-                  "(docs/CODECS.md). Default: auto for allreduce, none for ps and gossip, int4 for "
-                  "diloco (the outer gradient's codec: none, fp16, bf16, int8 or int4)");
+  cmd->add_option(
+      "--compressor", o.exchange.compressor,
+      "Codec spec (none, fp16, int8, topk:density=0.01, powersgd:rank=2, ...), a "
+      "layer policy (conv=...,fc=...,other=...), or an adaptive codec: auto "
+      "(measures none, fp16, int8 and PowerSGD and picks), accordion "
+      "(docs/CODECS.md). Default: auto for allreduce, none for ps and gossip, int4 for "
+      "diloco (the outer gradient's codec: none, fp16, bf16, int8, int4 or sparseloco)");
   cmd->add_option_function<double>(
       "--bucket-mb",
       [&o](double mb) {

@@ -31,6 +31,7 @@ bool is_known_codec(uint8_t id) {
     case CodecId::kFilterTopK:
     case CodecId::kInt8:
     case CodecId::kInt4:
+    case CodecId::kSparseLoCo:
       return true;
   }
   return false;
@@ -136,6 +137,8 @@ const char* codec_id_name(CodecId id) {
       return "int8";
     case CodecId::kInt4:
       return "int4";
+    case CodecId::kSparseLoCo:
+      return "sparseloco";
   }
   return "unknown";
 }

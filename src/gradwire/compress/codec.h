@@ -47,6 +47,7 @@ enum class CodecId : uint8_t {
   kFilterTopK = 15,
   kInt8 = 16,
   kInt4 = 17,
+  kSparseLoCo = 18,
 };
 
 // Element type of an additive codec's wire values.

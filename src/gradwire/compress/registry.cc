@@ -30,9 +30,9 @@ struct CodecEntry {
 using CodecTable = std::map<std::string, CodecEntry>;
 
 // Codecs that read `ef` themselves and are never wrapped in ErrorFeedback: PowerSGD
-// computes its error inside its low-rank protocol.
+// computes its error inside its low-rank protocol, SparseLoCo's accumulator decays.
 const std::set<std::string>& own_error_feedback() {
-  static const std::set<std::string> names{"powersgd"};
+  static const std::set<std::string> names{"powersgd", "sparseloco"};
   return names;
 }
 
@@ -57,6 +57,7 @@ const CodecTable& codec_table() {
     add(t, "gaussiank", make_gaussian_k_codec, true, /*mask_momentum=*/true);
     add(t, "randomk", make_random_k_codec, true, /*mask_momentum=*/true);
     add(t, "dgc", make_dgc_codec, true, /*mask_momentum=*/true);
+    add(t, "sparseloco", make_sparseloco_codec, /*default_ef=*/false);  // own_error_feedback()
     // quantizers:
     add(t, "qsgd", make_qsgd_codec, false);
     add(t, "terngrad", make_terngrad_codec, false);

@@ -25,12 +25,16 @@ std::unique_ptr<Codec> make_laplace_topk_codec(SpecReader& reader, const TensorI
 std::unique_ptr<Codec> make_gaussian_k_codec(SpecReader& reader, const TensorInfo& tensor);
 std::unique_ptr<Codec> make_random_k_codec(SpecReader& reader, const TensorInfo& tensor);
 std::unique_ptr<Codec> make_dgc_codec(SpecReader& reader, const TensorInfo& tensor);
+// SparseLoCo's outer-gradient codec (sparseloco_codec.cc): chunk-wise top-k, a few bits a
+// value, its own decaying error-feedback accumulator.
+std::unique_ptr<Codec> make_sparseloco_codec(SpecReader& reader, const TensorInfo& tensor);
 
 // Payload format versions (bump when a body layout changes).
 inline constexpr uint8_t kLaplaceTopKVersion = 1;
 inline constexpr uint8_t kGaussianKVersion = 1;
 inline constexpr uint8_t kRandomKVersion = 1;
 inline constexpr uint8_t kDgcVersion = 1;
+inline constexpr uint8_t kSparseLoCoVersion = 1;
 
 // What the last encode() selected. Bounds on `selected` (k = target):
 //   laplace-topk  <= (1 + eps) k; normally >= (1 - eps) k (fewer when max_rounds counts do

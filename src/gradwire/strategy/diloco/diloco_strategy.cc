@@ -45,7 +45,7 @@ void DiLoCoOptions::check() const {
   if (Spec::parse(codec).name == "powersgd") {
     throw ConfigError("codec '" + codec +
                       "' is low-rank: DiLoCo's outer gradient is exchanged once a round, with "
-                      "nothing to warm-start from; use none, fp16, bf16, int8 or int4");
+                      "nothing to warm-start from; use none, fp16, bf16, int8, int4 or sparseloco");
   }
   if (compress::CodecPolicy::parse(codec).canonical() != compress::canonical_spec(codec)) {
     throw ConfigError("DiLoCo exchanges its outer gradient with one codec, not a layer policy ('" +

@@ -4,6 +4,11 @@
 // exchange:
 //   fp32 (none)          one ring allreduce of the values pre-scaled by 1/W: 2(W-1)/W x 4n
 //                        bytes on the wire per rank;
+//   sparseloco           an allgather of every rank's payload (SparseLoCo's sparse, few-bit
+//                        codes, each rank's own error feedback inside its codec); every
+//                        rank decodes all W payloads in rank order into zeros and scales by
+//                        1/W, so all hold the same bits: (W-1) payloads on the wire per rank,
+//                        each about 0.7% of fp32's bytes at its defaults;
 //   any other codec      the reduce-scatter of codec_reduce_scatter.h (the one the
 //                        allreduce strategy's quantized buckets use): 2(W-1)/W payloads per
 //                        rank, summed in fp32, every level of the codec kept at any W; 4-bit
@@ -45,6 +50,8 @@ class OuterExchange {
   // values <- the mean of every rank's values, through the codec (a collective sequence;
   // every rank calls it with a vector of the same size). Equal on every rank afterwards.
   void average(std::span<float> values);
+  // sparseloco: the allgather path of average().
+  void average_gathered(std::span<float> values);
 
   // The bytes one average() puts on the wire from this rank, and its time over `link`
   // (payload sizes as for an input of this size; exact for the quantizers).
@@ -65,6 +72,12 @@ class OuterExchange {
   std::unique_ptr<compress::Codec> fp32_;
   std::vector<uint8_t> wire_;
   std::unique_ptr<CodecReduceScatter> reduce_scatter_;
+  // sparseloco: this rank's codec, its payload, and what the allgather brought.
+  std::unique_ptr<compress::Codec> gathered_;
+  Bytes mine_;
+  std::vector<Bytes> all_;
+  std::vector<float> sum_;
+  uint64_t payload_bytes_ = 0;
   uint64_t wire_bytes_ = 0;
   bool version_2_layout_ = true;
 };
