@@ -27,6 +27,7 @@ ROWS = [
     ("e2e-cnn-4hosts-100mbit-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-wide-4hosts-1gbit-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-4hosts-1gbit-open-seeds", 4, "auto", "auto (the default)", 3),
+    ("e2e-gpt-4hosts-1gbit-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-4hosts-10gbit-3epochs-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-wide-4hosts-10gbit-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-gpt-4hosts-10gbit-open-ftz-seeds", 4, "auto",
