@@ -76,6 +76,7 @@ GENERATORS = {
     "e2e-cnn-wide-4hosts-10mbit-tuning-seeds-h/choice.md": [
         "e2e/tuning_choice.py", "../e2e-cnn-wide-4hosts-10mbit-tuning-seeds", "."],
     "e2e-cnn-wide-4hosts-100mbit-tuning-seeds/choice.md": ["e2e/tuning_choice.py", "."],
+    "e2e-cnn-wide-4hosts-100mbit-tuning-ext-seeds/choice.md": ["e2e/tuning_choice.py", "."],
     "e2e-gpt-4hosts-100mbit-tuning-2epochs-seed100/choice.md": ["e2e/tuning_choice.py", "."],
     "e2e-gpt-4hosts-100mbit-tuning-2epochs-seed100/crossing-steps.md": [
         "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
