@@ -257,10 +257,7 @@ TEST(OuterExchange, Int4MeanIsCloseAndCostsAnEighthOfFp32) {
   }
 }
 
-// Saved mid-flight (a fragment sent, not merged) and restored into a fresh strategy on a
-// model set back to the saved one: the following steps are the saved run's, bit for bit.
-TEST(DiLoCo, CheckpointResumesExactly) {
-  const auto o = options(8, 2, 2, "int4");
+void checkpoint_resumes_exactly(const DiLoCoOptions& o) {
   const uint64_t saved_at = 13, steps = 30;  // step 12 sent fragment 0... in flight at 13
   std::vector<Model> straight(3), resumed(3);
   comm::run_local_ranks(3, 20s, [&](comm::Collectives& c) {
@@ -297,6 +294,16 @@ TEST(DiLoCo, CheckpointResumesExactly) {
     EXPECT_EQ(a.traffic().bytes_on_wire, b.traffic().bytes_on_wire);
   });
   for (int r = 0; r < 3; ++r) EXPECT_EQ(resumed[r], straight[r]) << r;
+}
+
+// Saved mid-flight (a fragment sent, not merged) and restored into a fresh strategy on a
+// model set back to the saved one: the following steps are the saved run's, bit for bit;
+// int4 (the reduce-scatter's residuals) and sparseloco (each rank's own accumulator).
+TEST(DiLoCo, CheckpointResumesExactly) {
+  for (const std::string codec : {"int4", "sparseloco:chunk=16,density=0.25"}) {
+    SCOPED_TRACE(codec);
+    checkpoint_resumes_exactly(options(8, 2, 2, codec));
+  }
 }
 
 TEST(DiLoCo, StateOfAnotherScheduleIsRefused) {
