@@ -85,7 +85,8 @@ int main() {
                          "signsgd",
                          "spectral",
                          "spectral:theta=0.99",
-                         "powersgd:rank=2"};
+                         "powersgd:rank=2",
+                         "sparseloco"};
   std::printf("| codec (ef=0) | ratio | rel. L2 error, Laplace | rel. L2 error, smooth |\n");
   std::printf("|---|---|---|---|\n");
   for (const char* base : specs) {
