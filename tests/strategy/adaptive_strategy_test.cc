@@ -269,6 +269,9 @@ TEST(AutoTest, TheModelRulesOutAPlanWhoseExchangeAloneExceedsTwiceTheBestStep) {
         << runs[r].reasons[0];
     EXPECT_NE(runs[r].reasons[0].find("exchange ms/step predicted: none 1052.7"), std::string::npos)
         << runs[r].reasons[0];
+    EXPECT_NE(runs[r].reasons[0].find("ms/step waited after backward: none - int8 "),
+              std::string::npos)
+        << runs[r].reasons[0];
     EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
   }
 }

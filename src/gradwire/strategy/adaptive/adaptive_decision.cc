@@ -41,6 +41,9 @@ void AdaptiveStrategy::decide(size_t plan, const std::string& why) {
     json += ",\"penalty\":" + format_parameter(options_.penalty);
     per_plan(measured_ms_, "ms/step measured", "step_ms");
     per_plan(predicted_ms_, "exchange ms/step predicted", "predicted_exchange_ms");
+    // What each plan's steps waited for their exchange after backward (the trial's mean,
+    // "-" for a plan that ran no step): the cost model's calibration, to replay a choice.
+    per_plan(wait_ms_, "ms/step waited after backward", "wait_ms");
     // Steps each measurement took (warm-up included; more where a layout's proposal was
     // timed too): what the trials cost, in the metrics only.
     json += ",\"trial_steps\":{";
