@@ -14,21 +14,20 @@ compress::TensorInfo flat(const std::string& name, size_t n) {
   return {name, {static_cast<int64_t>(n)}, compress::LayerKind::kOther};
 }
 
-// The payload a fresh codec of `spec` writes for n zeros.
-size_t payload_size(const std::string& spec, size_t n) {
-  auto codec = compress::create_codec(spec, flat("<size probe>", n));
-  std::vector<float> zeros(n, 0.0f);
-  Bytes out;
-  codec->encode(zeros, out);
-  return out.size();
-}
-
 // The allgather's message: u8 0 and the encoded mean of the sender's range, or u8 1 and
 // the ranks (u32 each) whose first encoding failed, as the sender saw.
 constexpr uint8_t kRangeMean = 0, kRangeRefused = 1;
 constexpr uint32_t kStateTag = 0x31535243;  // "CRS1"
 
 }  // namespace
+
+size_t codec_payload_size(const std::string& spec, size_t n) {
+  auto codec = compress::create_codec(spec, flat("<size probe>", n));
+  std::vector<float> zeros(n, 0.0f);
+  Bytes out;
+  codec->encode(zeros, out);
+  return out.size();
+}
 
 CodecReduceScatter::CodecReduceScatter(comm::Collectives& collectives, const std::string& codec,
                                        const std::string& name, size_t numel)
@@ -58,8 +57,8 @@ CodecReduceScatter::CodecReduceScatter(comm::Collectives& collectives, const std
   std::vector<uint64_t> payload(static_cast<size_t>(world));
   for (int r = 0; r < world; ++r) {
     const size_t n = range_begin(r + 1) - range_begin(r);
-    payload[r] =
-        r > 0 && n == range_begin(r) - range_begin(r - 1) ? payload[r - 1] : payload_size(inner, n);
+    payload[r] = r > 0 && n == range_begin(r) - range_begin(r - 1) ? payload[r - 1]
+                                                                   : codec_payload_size(inner, n);
     payload_bytes_ = std::max(payload_bytes_, static_cast<double>(payload[r]));
   }
   for (int r = 0; r < world; ++r) {

@@ -37,6 +37,10 @@
 
 namespace gradwire::strategy {
 
+// The payload a fresh codec of `spec` writes for n zeros: the size of every payload of a
+// codec whose size depends on the element count only (the quantizers, sparseloco).
+size_t codec_payload_size(const std::string& spec, size_t n);
+
 class CodecReduceScatter {
  public:
   // `name` names the vector in the codecs' states and errors. ConfigError for a codec

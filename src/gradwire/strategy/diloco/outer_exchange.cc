@@ -27,13 +27,7 @@ OuterExchange::OuterExchange(comm::Collectives& collectives, const std::string& 
     wire_bytes_ = comm::ring_allreduce_wire_bytes(numel * sizeof(float), collectives_.size());
   } else if (whole->id() == compress::CodecId::kSparseLoCo) {
     version_2_layout_ = false;
-    // The payload's size depends on the size only: a fresh codec's for zeros.
-    auto probe = compress::create_codec(
-        codec, {name, {static_cast<int64_t>(numel)}, compress::LayerKind::kOther});
-    std::vector<float> zeros(numel, 0.0f);
-    probe->encode(zeros, mine_);
-    payload_bytes_ = mine_.size();
-    mine_.clear();
+    payload_bytes_ = codec_payload_size(codec, numel);
     wire_bytes_ = comm::ring_allgather_wire_bytes(sizeof(int64_t), collectives_.size()) +
                   comm::ring_allgather_wire_bytes(payload_bytes_, collectives_.size());
     gathered_ = std::move(whole);
