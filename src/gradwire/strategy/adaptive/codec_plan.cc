@@ -14,6 +14,20 @@ double score_factor(const CodecPlan& plan, double penalty) {
   return plan.compresses ? 1 + penalty : 1.0;
 }
 
+// o_r - o_L, where o_q = step_ms[q] - wait_ms[q] is the part of plan q's step that is not
+// waiting for the exchange after backward (compute, and the codec's own encode and decode
+// where they do not hide), when the gap exceeds twice the steps' combined standard error;
+// else 0: a gap within the noise is the noise, which the cost model is there to overrule.
+double resolved_own_time_gap(size_t leader, size_t r, std::span<const double> step_ms,
+                             std::span<const double> standard_error_ms,
+                             std::span<const double> wait_ms) {
+  if (!(wait_ms[leader] >= 0) || !(wait_ms[r] >= 0)) return 0;
+  const double e_l = standard_error_ms[leader], e_r = standard_error_ms[r];
+  if (!(e_l > 0) || !(e_r > 0)) return 0;
+  const double gap = (step_ms[r] - wait_ms[r]) - (step_ms[leader] - wait_ms[leader]);
+  return std::abs(gap) > 2 * std::sqrt(e_l * e_l + e_r * e_r) ? gap : 0.0;
+}
+
 }  // namespace
 
 std::vector<std::string> codec_plan_names() {
@@ -193,7 +207,9 @@ TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size
   predicted_step[leader] = step_ms[leader];
   for (size_t r : undecided) {
     if (!(predicted_ms[r] > 0)) return out;
-    predicted_step[r] = step_ms[leader] + k * (predicted_ms[r] - x_l);
+    predicted_step[r] = step_ms[leader] +
+                        resolved_own_time_gap(leader, r, step_ms, standard_error_ms, wait_ms) +
+                        k * (predicted_ms[r] - x_l);
   }
   out.contenders = undecided;
   out.by_model = true;

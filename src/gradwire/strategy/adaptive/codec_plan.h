@@ -102,8 +102,16 @@ ChoiceNoise choice_noise(std::span<const CodecPlan> plans, std::span<const doubl
 // link that costs nothing, does not count; at most 1, so that a noisy slope between close
 // predictions only shrinks the model's differences, towards the tie and the faithful
 // plan), and
-//     step_p = step_L + k (x_p - x_L),
-// scored and tied as choose_plan() does. A contender with no prediction (0) leaves L the
+//     step_p = step_L + d_p + k (x_p - x_L),
+// scored and tied as choose_plan() does, where d_p = o_p - o_L with o_q = step_q - w_q, the
+// part of q's step that is not waiting for the exchange (compute, and what of the codec's
+// encode and decode does not hide), counted only where it exceeds twice the two steps'
+// combined standard error (else 0): a codec's compute that the trial resolved counts (on
+// gpt at 1 Gbit the model alone chose PowerSGD for its 13 ms shorter predicted exchange
+// where its orthogonalisation made its step 14 ms longer than fp16's,
+// docs/results/e2e-gpt-4hosts-1gbit-open-seeds), a gap within the noise does not (with it,
+// two measured plans would be chosen by their measured steps, the noise the model is there
+// to overrule). A contender with no prediction (0) leaves L the
 // choice, and so do measured plans whose predictions are all equal. Where k is 0 every
 // contender is predicted at L's step, and the tie gives the most faithful plan. Rounds that
 // end a trial early save the steps that would resolve a gap smaller
