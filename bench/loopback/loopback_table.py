@@ -1,5 +1,5 @@
 #!/usr/bin/python3
-"""README's loopback table from the metrics loopback_table.sh wrote.
+"""The loopback table of docs/HEADLINE.md from the metrics loopback_table.sh wrote.
 
     loopback_table.py DIR CODEC...
 

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# README's loopback table: `gradwire train` with 4 local workers on this machine (no link
+# The loopback table of docs/HEADLINE.md: `gradwire train` with 4 local workers on this machine (no link
 # limit), the Fashion-MNIST CNN, for each codec and seed, seeds in rounds (every codec once
 # per seed before the next seed), then the table from the metrics (loopback_table.py).
 #
