@@ -400,6 +400,39 @@ def test_the_defaults_are_the_trainers_tuned_setting():
     assert defaults["outer_warmup"] == 0 and defaults["codec"] == "int4"
 
 
+def auto_h_log_worker(rank, world):
+    """DiLoCo with H chosen for a 10 Mbit/s link: the lines the `gradwire` logger took at
+    INFO, and the H in force."""
+    import logging
+    lines = []
+
+    class Keep(logging.Handler):
+        def emit(self, record):
+            if record.levelno == logging.INFO:
+                lines.append(record.getMessage())
+    log = logging.getLogger("gradwire")
+    log.setLevel(logging.INFO)
+    log.addHandler(Keep())
+    model = make_model()
+    opt = torch.optim.SGD(model.parameters(), lr=INNER_LR)
+    with gradwire.DiLoCo(model, opt, link_bits_per_s=10e6, codec="int8") as diloco:
+        for x, y in batches(rank, 40):
+            inner_step(model, opt, x, y)
+            diloco.step()
+        stats = diloco.stats()
+    return lines, stats["inner_steps"]
+
+
+def test_the_choice_of_h_is_one_info_line_of_the_gradwire_logger_on_rank_0():
+    """A person can follow what DiLoCo chose: rank 0 logs H and its reason once (after the
+    probe steps), not every step; the other ranks say nothing."""
+    (lines0, h0), (lines1, h1) = expect_success(run_ranks(2, auto_h_log_worker))
+    assert h0 == h1 and h0 >= 10
+    assert len(lines0) == 1, lines0
+    assert f"diloco:inner_steps={h0}," in lines0[0] and "predicted" in lines0[0], lines0
+    assert lines1 == []
+
+
 # --- errors --------------------------------------------------------------------------------
 
 def errors_worker(rank, world):
