@@ -111,6 +111,12 @@ GENERATORS = {
     "gpt-hook-vs-cpp-loopback/results.md": ["./table.py"],
     "hook-first-bucket-ab/results.md": ["./table.py"],
 }
+# RESULTS.md's first page (bench/results_summary.py): per link, the default against DDP's
+# best configuration, from the matrices it names; and its list of the template's sections.
+for _link in ("10mbit", "100mbit", "1gbit", "10gbit"):
+    GENERATORS[f"results-summary/{_link}.md"] = ["results_summary.py", "..", _link]
+GENERATORS["results-summary/contents.md"] = ["results_summary.py", "--contents",
+                                             "../RESULTS.md.in"]
 GENERATORS["quantized-paths-8ranks/results.md"] = [
     "scaling/fit_scaling.py", "--rate", "100mbit", "--out", "-"] + [
     f"run{r}/world-{w}.jsonl" for r in (1, 2, 3) for w in (2, 4, 8)]

@@ -62,6 +62,31 @@ ROWS = [
 ]
 
 
+def compare(summary, model, bw, config, best):
+    """gradwire's `config` against DDP's `best` in one table of a matrix: the seed-by-seed
+    ratios of the time to the target ("target"), of the time to the strict target
+    ("strict"; None when some run has no curve or floor to judge it by) and the compute
+    floor's ratio to the target ("floor"; None without a floor), and the cells this
+    table gives them ("target_cells", "strict_cells", "floor_cell")."""
+    mine = summary[(model, bw, config)]
+    theirs = summary[(model, bw, best)]
+    r = plot_e2e.ratios(mine["per_seed"], theirs["per_seed"], "target")
+    known = all(p["strict_known"] for p in list(mine["per_seed"].values())
+                + list(theirs["per_seed"].values()))
+    strict = (plot_e2e.ratios(mine["per_seed"], theirs["per_seed"], "strict")
+              if known else None)
+    strict_cells = (f"{plot_e2e.ratio_text(strict)} | {plot_e2e.verdict(strict)}"
+                    if known and strict else
+                    "neither reached it | " if known else "no curve committed | ")
+    floors = [k for k in summary if k[0] == model and k[1] == "floor"]
+    floor = (plot_e2e.ratios(summary[floors[0]]["per_seed"], theirs["per_seed"], "target")
+             if floors else None)
+    return {"target": r, "strict": strict, "floor": floor,
+            "target_cells": f"{plot_e2e.ratio_text(r)} | {plot_e2e.verdict(r)}",
+            "strict_cells": strict_cells,
+            "floor_cell": plot_e2e.ratio_text(floor) if floor is not None else ""}
+
+
 def main(root):
     lines = ["| model | link | hosts | gradwire | baseline: DDP's best hook | target | "
              "time to target, gradwire / DDP | verdict | "
@@ -78,25 +103,12 @@ def main(root):
                            and (model, bw, c) in summary]
                 if not best or not configs:
                     continue
+                c = compare(summary, model, bw, configs[0], best)
                 mine = summary[(model, bw, configs[0])]
-                theirs = summary[(model, bw, best)]
-                r = plot_e2e.ratios(mine["per_seed"], theirs["per_seed"], "target")
-                known = all(p["strict_known"] for p in list(mine["per_seed"].values())
-                            + list(theirs["per_seed"].values()))
-                strict = (plot_e2e.ratios(mine["per_seed"], theirs["per_seed"], "strict")
-                          if known else [])
-                strict_cells = (f"{plot_e2e.ratio_text(strict)} | {plot_e2e.verdict(strict)}"
-                                if known and strict else
-                                "neither reached it | " if known else "no curve committed | ")
                 target = mine["metric"].target(mine["target"])
-                floors = [k for k in summary if k[0] == model and k[1] == "floor"]
-                floor = (plot_e2e.ratio_text(plot_e2e.ratios(
-                    summary[floors[0]]["per_seed"], theirs["per_seed"], "target"))
-                    if floors else "")
                 lines.append(f"| {model} | {bw} | {hosts} | {words} | `{best}` | {target} | "
-                             f"{plot_e2e.ratio_text(r)} | {plot_e2e.verdict(r)} | "
-                             f"{strict_cells} | {floor} | "
-                             f"{len(r)} | {machine} |")
+                             f"{c['target_cells']} | {c['strict_cells']} | {c['floor_cell']} | "
+                             f"{len(c['target'])} | {machine} |")
     print("\n".join(lines))
 
 
