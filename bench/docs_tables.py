@@ -61,6 +61,8 @@ GENERATORS = {
     "emulation-rho/results.md": ["emulation/rho_table.py", "../e2e-cnn-2hosts-100mbit-seeds",
                                  "../e2e-cnn-wide-2hosts-100mbit-seeds"],
     "codec-speed/results.md": ["codec_tables.py", "."],
+    "codec-speed-ab-dd53a7c/results.md": ["codec_ab_table.py", ".", "head", "dd53"],
+    "codec-speed-ab-nopic/results.md": ["codec_ab_table.py", ".", "pic", "nopic"],
     "int8-paths/results.md": ["quality/int8_paths_table.py", "."],
     "auto-penalty/results.md": ["quality/penalty_table.py", "."],
     "e2e-gpt-4hosts-10mbit-tuning-2epochs-seed100/crossings.md": [
