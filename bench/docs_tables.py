@@ -94,6 +94,10 @@ GENERATORS = {
         "e2e/crossings.py", ".", "0.85", "0.88", "0.89"],
     "e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds/crossing-steps.md": [
         "e2e/crossings.py", ".", "--steps", "0.85", "0.88", "0.89"],
+    "e2e-gpt-4hosts-10mbit-sparseloco-tuning-seeds/crossing-steps.md": [
+        "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
+    "e2e-gpt-4hosts-10mbit-sparseloco-density-seed100/crossing-steps.md": [
+        "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
     "e2e-gpt-4hosts-1gbit-tuning-quality-seeds/crossing-steps.md": [
         "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
     "powersgd-side-by-side/results.md": ["quality/hook_side_by_side_table.py", ".", "--windows",
@@ -140,6 +144,8 @@ LATE_QUALITY = {
     "e2e-gpt-4hosts-100mbit-hook-open-seeds": 288,
     "e2e-gpt-4hosts-10gbit-open-ftz-seeds": 288,
     "e2e-gpt-4hosts-1gbit-tuning-quality-seeds": 288,
+    "e2e-gpt-4hosts-10mbit-sparseloco-tuning-seeds": 672,
+    "e2e-gpt-4hosts-10mbit-sparseloco-density-seed100": 672,
 }
 for _folder, _from_step in LATE_QUALITY.items():
     GENERATORS[_folder + "/late_quality.md"] = ["e2e/late_quality.py", ".", str(_from_step)]
