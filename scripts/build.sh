@@ -5,6 +5,9 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 jobs="${GRADWIRE_JOBS:-2}"
+# ccache keys on paths relative to the tree, so that setup.py's build (build-pip-SOABI, `pip
+# install .`) reuses these objects.
+export CCACHE_BASEDIR="${CCACHE_BASEDIR:-$(pwd)}"
 cmake -S . -B build -G Ninja -DCMAKE_BUILD_TYPE=Release "$@"
 targets=()
 for t in ${GRADWIRE_TARGETS:-}; do targets+=(--target "$t"); done

@@ -9,7 +9,7 @@ packages=(
   libzmq3-dev cppzmq-dev libfftw3-dev
   libgtest-dev libgmock-dev libbenchmark-dev libcli11-dev nlohmann-json3-dev
   dataset-fashion-mnist bible-kjv iproute2 procps
-  python3-torch python3-matplotlib python3-dev pybind11-dev python3-pytest
+  python3-torch python3-matplotlib python3-dev pybind11-dev python3-pytest python3-pip python3-venv
   clang libclang-rt-14-dev llvm-14
 )
 
