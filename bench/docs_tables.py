@@ -199,7 +199,7 @@ _step_breakdown("e2e-gpt-4hosts-10gbit-powersgd-timelines", "10gbit",
 _step_breakdown("e2e-cnn-wide-4hosts-10gbit-powersgd-timelines", "10gbit",
                 ["ddp-powersgd-rank-8-start-2", "ddp-gradwire-powersgd-rank-8-min-rate-2",
                  "gradwire-powersgd-rank-8-start-2-min-rate-2"], seeds=1, model="cnn-wide")
-_step_breakdown("e2e-cnn-wide-4hosts-100mbit-hook-rule-seeds", "100mbit",
+_step_breakdown("e2e-cnn-wide-4hosts-100mbit-hook-rule-2587e99-seeds", "100mbit",
                 ["ddp-powersgd-rank-8-start-2", "ddp-gradwire-powersgd-rank-8-min-rate-2",
                  "gradwire-powersgd-rank-8-min-rate-2"], model="cnn-wide")
 
