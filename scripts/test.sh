@@ -9,8 +9,10 @@ bash scripts/build.sh
 cd build
 ctest --output-on-failure -j "${GRADWIRE_TEST_JOBS:-2}" --timeout 600
 # The Python module's tests run as one ctest test (python.pytest); their summary line:
-sed -n 's/.*<testsuite [^>]*errors="\([0-9]*\)" failures="\([0-9]*\)" skipped="\([0-9]*\)" tests="\([0-9]*\)" time="\([0-9.]*\)".*/pytest: \4 tests, \2 failures, \1 errors, \3 skipped in \5 s/p' \
-  python-tests.xml 2> /dev/null || true
+# (echo: the XML file may end without a newline, and so would the line sed prints.)
+summary=$(sed -n 's/.*<testsuite [^>]*errors="\([0-9]*\)" failures="\([0-9]*\)" skipped="\([0-9]*\)" tests="\([0-9]*\)" time="\([0-9.]*\)".*/pytest: \4 tests, \2 failures, \1 errors, \3 skipped in \5 s/p' \
+  python-tests.xml 2> /dev/null || true)
+[ -z "$summary" ] || echo "$summary"
 cd ..
 # The module built by `pip install --no-build-isolation .` in a virtual environment.
 bash scripts/test_pip_install.sh
