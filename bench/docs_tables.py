@@ -143,6 +143,7 @@ LATE_QUALITY = {
     "e2e-cnn-wide-4hosts-100mbit-hook-rule-seeds": 531,
     "e2e-cnn-4hosts-100mbit-open-seeds": 531,
     "e2e-cnn-4hosts-1gbit-open-seeds": 531,
+    "e2e-cnn-4hosts-1gbit-owntime-seeds": 531,
     "e2e-gpt-4hosts-1gbit-open-seeds": 288,
     "e2e-cnn-4hosts-10gbit-3epochs-open-seeds": 531,
     "e2e-gpt-4hosts-100mbit-hook-open-seeds": 288,

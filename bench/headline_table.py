@@ -19,14 +19,16 @@ import plot_e2e  # noqa: E402
 
 # (folder, hosts, the gradwire configuration as its name starts, what it is in words, the
 # machine it ran on: 1 the first 2-core machine, 2 the second, AMD EPYC, about twice as fast
-# a step, 3 a third, AMD EPYC, a little slower than 2; seconds compare within a machine
+# a step, 3 a third, AMD EPYC, a little slower than 2, 4 a fourth, Intel Xeon, as fast as 3
+# on cnn's and gpt's floors; seconds compare within a machine
 # only); every bandwidth of the folder is shown
 # The rows "auto (the default)" are 9004d22's auto (its opening turn: the least-exchange
-# plan opens the trial alone; no dense start under SGD; ALGORITHMS.md 9).
+# plan opens the trial alone; no dense start under SGD; ALGORITHMS.md 9), cnn at 1 Gbit's
+# 67148ca's (the same with 682879a's own-time term in the cost model).
 ROWS = [
     ("e2e-cnn-4hosts-100mbit-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-wide-4hosts-1gbit-open-seeds", 4, "auto", "auto (the default)", 3),
-    ("e2e-cnn-4hosts-1gbit-open-seeds", 4, "auto", "auto (the default)", 3),
+    ("e2e-cnn-4hosts-1gbit-owntime-seeds", 4, "auto", "auto (the default)", 4),
     ("e2e-gpt-4hosts-1gbit-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-4hosts-10gbit-3epochs-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-wide-4hosts-10gbit-open-seeds", 4, "auto", "auto (the default)", 3),

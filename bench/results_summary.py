@@ -55,7 +55,7 @@ LINKS = [
         ("e2e-gpt-4hosts-100mbit-hook-open-seeds", "ddp:gradwire-auto", "Python hook, auto"),
     ]),
     ("1gbit", "1 Gbit/s", [
-        ("e2e-cnn-4hosts-1gbit-open-seeds", "auto", "C++, auto"),
+        ("e2e-cnn-4hosts-1gbit-owntime-seeds", "auto", "C++, auto"),
         ("e2e-cnn-wide-4hosts-1gbit-open-seeds", "auto", "C++, auto"),
         ("e2e-cnn-wide-4hosts-1gbit-hook-rule-seeds", "ddp:gradwire-auto",
          "Python hook, auto before issue 62"),
