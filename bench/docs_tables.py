@@ -112,6 +112,7 @@ GENERATORS = {
     "gpt-adamw-codecs/results.md": ["quality/adam_codecs_table.py", "."],
     "headline/results.md": ["headline_table.py", ".."],
     "auto-standing/results.md": ["e2e/auto_standing.py", ".."],
+    "trial-cost/results.md": ["e2e/trial_cost.py", ".."],
     "hook-cost/results.md": ["python/hook_cost_table.py", "."],
     "hook-own-group-ab/results.md": ["python/own_group_ab.py", "."],
     "gpt-diloco-quality/results.md": ["quality/adam_codecs_table.py", "."],

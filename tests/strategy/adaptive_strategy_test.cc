@@ -417,10 +417,10 @@ RunSettings none_or_fp16_job(int steps) {
 
 TEST(AutoTest, APlainLoserLeavesTheTrialAfterThreeStepsOfItsOwn) {
   // Two 256 x 256 weights (256 KiB each in fp32: one first bucket of 512 KiB) over a
-  // simulated 1.25 MB/s link; backward reports b.weight 250 ms before a.weight. On their
-  // first layouts a step of none takes about 250 + 2 x 210 ms, fp16's 250 + 2 x 105: none
-  // is slower by far more than twice the noise, though by less than half of fp16's step (no
-  // clear loser at one sample, kClearLoss), and leaves the trial once each plan has 3
+  // simulated 6 MB/s link; backward reports b.weight 250 ms before a.weight. On their first
+  // layouts a step of none takes about 250 + 87 ms, fp16's 250 + 44: none is slower by far
+  // more than twice the noise, though by less than a quarter of fp16's step (15%: no clear
+  // loser at one sample, kClearLoss), and leaves the trial once each plan has 3
   // samples (fp16's opening, steps 0-2; round 1, fp16's turn and none's warm-up, 3-5; then
   // rounds of a lead-in and a sample each: step 18), before `trial` (5) and before its own
   // layout could propose anything (after 6 measured steps: lead-ins are not). fp16, alone,
@@ -428,6 +428,8 @@ TEST(AutoTest, APlainLoserLeavesTheTrialAfterThreeStepsOfItsOwn) {
   RunSettings settings = none_or_fp16_job(34);
   settings.hooks = true;
   settings.backward = 250ms;
+  settings.bytes_per_s = 6e6;
+  settings.link = comm::LinkModel::from_bandwidth(0, 8 * 6e6);
   std::vector<std::vector<float>> inputs;
   const auto runs = run_ranks(2, settings, &inputs);
   for (int r = 0; r < 2; ++r) {
@@ -462,7 +464,7 @@ TEST(AutoTest, APlainLoserLeavesTheTrialAfterThreeStepsOfItsOwn) {
 TEST(AutoTest, AClearLoserLeavesTheTrialAfterItsFirstSample) {
   // The job of the test above without gradient hooks, 50 ms of compute: every exchange
   // follows backward, a step of none takes about 50 + 2 x 210 ms, fp16's 50 + 2 x 105.
-  // none loses by more than half of fp16's step (kClearLoss) and the model predicts its
+  // none loses by more than a quarter of fp16's step (kClearLoss) and the model predicts its
   // exchange above fp16's: it leaves at the end of its first sample's round, fp16's opening
   // (steps 0-2), round 1 (fp16's turn, none's warm-up: 3-5), round 2 (a lead-in and a
   // sample each: 6-9): fp16 is chosen at step 10 (a loaded machine: a round later), none

@@ -74,10 +74,17 @@ ChoiceNoise choice_noise(std::span<const CodecPlan> plans, std::span<const doubl
 // from kEarlySamples on, one slower than L beyond twice the noise below; from the first
 // sample, a clear one, whose score exceeds L's by more than kClearLoss of it and whose
 // predicted exchange exceeds L's (predicted_ms, both known): one sample has no standard
-// error, so the model must corroborate it, and a plan that loses by half a step is not worth
-// the lead-ins and samples that would measure by how much (on gpt at 100 Mbit none and fp16
-// ran 7 trial steps each at 2.4x and 1.7x PowerSGD's step, about 2 s of the trial,
-// docs/results/e2e-gpt-4hosts-100mbit-rule-seeds). Then,
+// error, so the model must corroborate it, and a plan that loses by a quarter of a step is
+// not worth the lead-ins and samples that would measure by how much (on gpt at 100 Mbit
+// none and fp16 ran 7 trial steps each at 2.4x and 1.7x PowerSGD's step, about 2 s of the
+// trial, docs/results/e2e-gpt-4hosts-100mbit-rule-seeds; at half a step, kClearLoss's
+// first value, fp16 and int8 still ran 11 steps each at 1.3x to 1.5x PowerSGD's score on
+// cnn-wide at 1 Gbit, most of the trial's 1.0 to 1.4 s, docs/results/trial-cost). A single
+// step spread by 2% to 30% of a step in the trials of the standing matrices, mostly 5% to
+// 15% (a median's standard error times the root of its samples), so a plan no worse than
+// L leaves on one sample rarely, and a plan about as fast as L costs nothing by leaving;
+// where the model predicts r's exchange below L's (on a fast link, where `none` leads) no
+// plan is a clear loser. Then,
 // with L = choose_plan() over the running plans and, for every other running plan r, the
 // gap s_r - s_L of their scores and its noise 2 sqrt((f_L e_L)^2 + (f_r e_r)^2):
 //   - |gap| > noise: resolved, r leaves the trial (a faster r the tie passed over too: the
@@ -125,7 +132,7 @@ struct TrialVerdict {
   std::vector<size_t> contenders;  // when finished by the model: all of them, L not among
 };
 inline constexpr size_t kEarlySamples = 3;
-inline constexpr double kClearLoss = 0.5;
+inline constexpr double kClearLoss = 0.25;
 struct TrialLimits {
   size_t min_samples = 5;
   size_t max_samples = 20;
