@@ -104,6 +104,8 @@ GENERATORS = {
         "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
     "e2e-gpt-4hosts-10mbit-small-h-seed102/crossing-steps.md": [
         "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
+    "e2e-gpt-4hosts-10mbit-small-h-reported-seeds/crossing-steps.md": [
+        "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
     "powersgd-side-by-side/results.md": ["quality/hook_side_by_side_table.py", ".", "--windows",
                                          "0,2,10,50,200,384"],
     "link-rates/results.md": ["emulation/link_rates.py", ".", "20mbit", "1gbit", "10gbit",
@@ -154,6 +156,7 @@ LATE_QUALITY = {
     "e2e-gpt-4hosts-10mbit-sparseloco-density-seed100": 672,
     "e2e-gpt-4hosts-10mbit-small-h-seeds100-101": 672,
     "e2e-gpt-4hosts-10mbit-small-h-seed102": 672,
+    "e2e-gpt-4hosts-10mbit-small-h-reported-seeds": 672,
     "e2e-gpt-4hosts-10gbit-diloco-h1-seed100": 672,
 }
 for _folder, _from_step in LATE_QUALITY.items():

@@ -43,7 +43,7 @@ LINKS = [
     ("10mbit", "10 Mbit/s", [
         ("e2e-cnn-wide-4hosts-10mbit-diloco-protocol-seeds", "diloco:inner_steps=auto",
          "DiLoCo, 4-bit, auto H"),
-        ("e2e-gpt-4hosts-10mbit-diloco-protocol-seeds", "diloco:inner_steps=auto",
+        ("e2e-gpt-4hosts-10mbit-small-h-reported-seeds", "diloco:inner_steps=auto",
          "DiLoCo, 4-bit, auto H"),
     ]),
     ("100mbit", "100 Mbit/s", [
