@@ -56,7 +56,7 @@ LINKS = [
     ]),
     ("1gbit", "1 Gbit/s", [
         ("e2e-cnn-4hosts-1gbit-owntime-seeds", "auto", "C++, auto"),
-        ("e2e-cnn-wide-4hosts-1gbit-open-seeds", "auto", "C++, auto"),
+        ("e2e-cnn-wide-4hosts-1gbit-clearloss-seeds", "auto", "C++, auto"),
         ("e2e-cnn-wide-4hosts-1gbit-hook-rule-seeds", "ddp:gradwire-auto",
          "Python hook, auto before issue 62"),
         ("e2e-gpt-4hosts-1gbit-open-seeds", "auto", "C++, auto"),

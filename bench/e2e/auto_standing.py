@@ -26,7 +26,7 @@ MATRICES = [
     ("e2e-cnn-4hosts-100mbit-open-seeds", "C++"),
     ("e2e-cnn-wide-4hosts-100mbit-open-seeds", "C++"),
     ("e2e-gpt-4hosts-100mbit-open-seeds", "C++"),
-    ("e2e-cnn-wide-4hosts-1gbit-open-seeds", "C++"),
+    ("e2e-cnn-wide-4hosts-1gbit-clearloss-seeds", "C++, clear losers at a quarter"),
     ("e2e-cnn-4hosts-1gbit-owntime-seeds", "C++, own-time cost model"),
     ("e2e-gpt-4hosts-1gbit-open-seeds", "C++"),
     ("e2e-cnn-4hosts-10gbit-3epochs-open-seeds", "C++"),

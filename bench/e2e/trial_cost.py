@@ -23,6 +23,12 @@ import sys
 from auto_standing import MATRICES
 from result_tables import events
 
+# The clear-loser margin (codec_plan.h's kClearLoss) each matrix's build ran with: a half
+# before 58e15a9, a quarter since; and the matrices of the standing table's rows before
+# their re-runs, kept here for the comparison.
+QUARTER = {"e2e-cnn-wide-4hosts-1gbit-clearloss-seeds"}
+BEFORE = ["e2e-cnn-wide-4hosts-1gbit-open-seeds"]
+
 
 def first_decision(path):
     for e in events(path):
@@ -63,7 +69,8 @@ def rows_of(root, folder):
         t_c = ms.get(chosen) or 0
         cost_ms = sum(n.get(p, 0) * max(0.0, (ms.get(p) or 0) - t_c) for p in n if p != chosen)
         steps = " / ".join(f"{p} {n[p]} x {ms.get(p) or 0:.0f}" for p in n if n[p])
-        cells = [r["model"], r["bandwidth"], r["seed"], f"{chosen} at {step}", steps,
+        margin = "a quarter" if folder in QUARTER else "a half"
+        cells = [r["model"], r["bandwidth"], r["seed"], margin, f"{chosen} at {step}", steps,
                  f"{cost_ms / 1e3:.2f}"]
         fixed = fixed_config(chosen, configs)
         twin = next((x for x in runs if x["config"] == fixed and x["seed"] == r["seed"]
@@ -83,14 +90,17 @@ def rows_of(root, folder):
 
 
 def main(root):
-    lines = ["| model | link | seed | chosen | the trial: plan, steps x median step (ms) | "
+    lines = ["| model | link | seed | clear-loser margin | chosen | the trial: plan, steps x "
+             "median step (ms) | "
              "trial cost by its medians (s) | the chosen plan fixed | auto less it at the "
              "first evaluation after the choice (s) | at the end (s) | at the end less the "
              "trial cost (s) | auto's training (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
-    for folder, path in MATRICES:
-        if "hook" in path.lower():
-            continue
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    folders = [f for f, path in MATRICES if "hook" not in path.lower()]
+    for before in BEFORE:  # beside its re-run
+        after = next(i for i, f in enumerate(folders) if f.split("-")[:4] == before.split("-")[:4])
+        folders.insert(after, before)
+    for folder in folders:
         if not os.path.isdir(os.path.join(root, folder)):
             sys.exit(f"trial_cost: no matrix {folder} in {root}")
         lines += rows_of(root, folder)
