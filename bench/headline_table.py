@@ -24,7 +24,8 @@ import plot_e2e  # noqa: E402
 # only); every bandwidth of the folder is shown
 # The rows "auto (the default)" are 9004d22's auto (its opening turn: the least-exchange
 # plan opens the trial alone; no dense start under SGD; ALGORITHMS.md 9), cnn at 1 Gbit's
-# 67148ca's (the same with 682879a's own-time term in the cost model).
+# 67148ca's (the same with 682879a's own-time term in the cost model), cnn-wide at 1 Gbit's
+# 58e15a9's (clear losers also at a quarter of the leader's score).
 ROWS = [
     ("e2e-cnn-4hosts-100mbit-open-seeds", 4, "auto", "auto (the default)", 3),
     ("e2e-cnn-wide-4hosts-1gbit-clearloss-seeds", 4, "auto", "auto (the default)", 4),
