@@ -20,6 +20,7 @@ import os
 import sys
 
 import plot_e2e  # beside this script
+from result_tables import header
 
 # (folder, what the row is); the hook's rows compare the hook's configurations only.
 MATRICES = [
@@ -101,11 +102,11 @@ def rows_of(root, folder, path):
 
 
 def main(root):
-    lines = ["| model | link | path | best fixed gradwire configuration | training, auto / it "
-             "(bar) | time to target, auto / it | time to the strict target, auto / it | "
-             "DDP's best | time to target, auto / DDP | time to the strict target, auto / "
-             "DDP | final quality, auto less DDP | seeds |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = header(["model", "link", "path", "best fixed gradwire configuration",
+                    "training, auto / it (bar)", "time to target, auto / it",
+                    "time to the strict target, auto / it", "DDP's best",
+                    "time to target, auto / DDP", "time to the strict target, auto / DDP",
+                    "final quality, auto less DDP", "seeds"])
     for folder, path in MATRICES:
         if not os.path.isdir(os.path.join(root, folder)):
             sys.exit(f"auto_standing: no matrix {folder} in {root}")

@@ -16,6 +16,11 @@ def spread(values, spec, scale=1):
     return f"{m:{spec}} [{min(values):{spec}}, {max(values):{spec}}]"
 
 
+def header(columns):
+    """A Markdown table's first two lines for these column names."""
+    return ["| " + " | ".join(columns) + " |", "|" + "---|" * len(columns)]
+
+
 def events(path):
     """The events of a metrics file, in order; a line that does not parse (one still being
     written) is skipped."""

@@ -21,7 +21,7 @@ import os
 import sys
 
 from auto_standing import MATRICES
-from result_tables import events
+from result_tables import events, header
 
 # The clear-loser margin (codec_plan.h's kClearLoss) each matrix's build ran with: a half
 # before 58e15a9, a quarter since; and the matrices of the standing table's rows before
@@ -90,12 +90,12 @@ def rows_of(root, folder):
 
 
 def main(root):
-    lines = ["| model | link | seed | clear-loser margin | chosen | the trial: plan, steps x "
-             "median step (ms) | "
-             "trial cost by its medians (s) | the chosen plan fixed | auto less it at the "
-             "first evaluation after the choice (s) | at the end (s) | at the end less the "
-             "trial cost (s) | auto's training (s) |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    lines = header(["model", "link", "seed", "clear-loser margin", "chosen",
+                    "the trial: plan, steps x median step (ms)",
+                    "trial cost by its medians (s)", "the chosen plan fixed",
+                    "auto less it at the first evaluation after the choice (s)",
+                    "at the end (s)", "at the end less the trial cost (s)",
+                    "auto's training (s)"])
     folders = [f for f, path in MATRICES if "hook" not in path.lower()]
     for before in BEFORE:  # beside its re-run
         after = next(i for i, f in enumerate(folders) if f.split("-")[:4] == before.split("-")[:4])
