@@ -78,7 +78,7 @@ ChoiceNoise choice_noise(std::span<const CodecPlan> plans, std::span<const doubl
 // not worth the lead-ins and samples that would measure by how much (on gpt at 100 Mbit
 // none and fp16 ran 7 trial steps each at 2.4x and 1.7x PowerSGD's step, about 2 s of the
 // trial, docs/results/e2e-gpt-4hosts-100mbit-rule-seeds; at half a step, kClearLoss's
-// first value, fp16 and int8 still ran 11 steps each at 1.3x to 1.5x PowerSGD's score on
+// first value, fp16 and int8 still ran up to 11 steps each at 1.2x to 1.7x PowerSGD's score on
 // cnn-wide at 1 Gbit, most of the trial's 1.0 to 1.4 s, docs/results/trial-cost). A single
 // step spread by 2% to 30% of a step in the trials of the standing matrices, mostly 5% to
 // 15% (a median's standard error times the root of its samples), so a plan no worse than
