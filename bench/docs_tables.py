@@ -94,18 +94,6 @@ GENERATORS = {
         "e2e/crossings.py", ".", "0.85", "0.88", "0.89"],
     "e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds/crossing-steps.md": [
         "e2e/crossings.py", ".", "--steps", "0.85", "0.88", "0.89"],
-    "e2e-gpt-4hosts-10mbit-sparseloco-tuning-seeds/crossing-steps.md": [
-        "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
-    "e2e-gpt-4hosts-10mbit-sparseloco-density-seed100/crossing-steps.md": [
-        "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
-    "e2e-gpt-4hosts-1gbit-tuning-quality-seeds/crossing-steps.md": [
-        "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
-    "e2e-gpt-4hosts-10mbit-small-h-seeds100-101/crossing-steps.md": [
-        "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
-    "e2e-gpt-4hosts-10mbit-small-h-seed102/crossing-steps.md": [
-        "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
-    "e2e-gpt-4hosts-10mbit-small-h-reported-seeds/crossing-steps.md": [
-        "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
     "powersgd-side-by-side/results.md": ["quality/hook_side_by_side_table.py", ".", "--windows",
                                          "0,2,10,50,200,384"],
     "link-rates/results.md": ["emulation/link_rates.py", ".", "20mbit", "1gbit", "10gbit",
@@ -124,6 +112,14 @@ GENERATORS = {
     "gpt-hook-vs-cpp-loopback/results.md": ["./table.py"],
     "hook-first-bucket-ab/results.md": ["./table.py"],
 }
+# The steps at which gpt's runs first reach each loss of GPT_LOSSES (bench/e2e/crossings.py).
+for _folder in ("e2e-gpt-4hosts-10mbit-sparseloco-tuning-seeds",
+                "e2e-gpt-4hosts-10mbit-sparseloco-density-seed100",
+                "e2e-gpt-4hosts-1gbit-tuning-quality-seeds",
+                "e2e-gpt-4hosts-10mbit-small-h-seeds100-101",
+                "e2e-gpt-4hosts-10mbit-small-h-seed102",
+                "e2e-gpt-4hosts-10mbit-small-h-reported-seeds"):
+    GENERATORS[_folder + "/crossing-steps.md"] = ["e2e/crossings.py", ".", "--steps"] + GPT_LOSSES
 # RESULTS.md's first page (bench/results_summary.py): per link, the default against DDP's
 # best configuration, from the matrices it names; and its list of the template's sections.
 for _link in ("10mbit", "100mbit", "1gbit", "10gbit"):
