@@ -27,7 +27,7 @@ from result_tables import events, header
 # before 58e15a9, a quarter since; and the matrices of the standing table's rows before
 # their re-runs, kept here for the comparison.
 QUARTER = {"e2e-cnn-wide-4hosts-1gbit-clearloss-seeds"}
-BEFORE = ["e2e-cnn-wide-4hosts-1gbit-open-seeds"]
+BEFORE = {"e2e-cnn-wide-4hosts-1gbit-open-seeds": "e2e-cnn-wide-4hosts-1gbit-clearloss-seeds"}
 
 
 def first_decision(path):
@@ -97,9 +97,8 @@ def main(root):
                     "at the end (s)", "at the end less the trial cost (s)",
                     "auto's training (s)"])
     folders = [f for f, path in MATRICES if "hook" not in path.lower()]
-    for before in BEFORE:  # beside its re-run
-        after = next(i for i, f in enumerate(folders) if f.split("-")[:4] == before.split("-")[:4])
-        folders.insert(after, before)
+    for before, rerun in BEFORE.items():  # just above its re-run
+        folders.insert(folders.index(rerun), before)
     for folder in folders:
         if not os.path.isdir(os.path.join(root, folder)):
             sys.exit(f"trial_cost: no matrix {folder} in {root}")
