@@ -41,7 +41,7 @@ from result_tables import spread  # noqa: E402
 # on come from headline_table.py's ROWS, else from EXTRA.
 LINKS = [
     ("10mbit", "10 Mbit/s", [
-        ("e2e-cnn-wide-4hosts-10mbit-diloco-protocol-seeds", "diloco:inner_steps=auto",
+        ("e2e-cnn-wide-4hosts-10mbit-sparseloco-reported-seeds", "diloco:inner_steps=auto",
          "DiLoCo, 4-bit, auto H"),
         ("e2e-gpt-4hosts-10mbit-small-h-reported-seeds", "diloco:inner_steps=auto",
          "DiLoCo, 4-bit, auto H"),
