@@ -100,6 +100,8 @@ GENERATORS = {
         "e2e/crossings.py", ".", "--steps", "0.85", "0.88", "0.89"],
     "e2e-cnn-wide-4hosts-10mbit-sparseloco-reported-seeds/crossing-steps.md": [
         "e2e/crossings.py", ".", "--steps", "0.85", "0.88", "0.89"],
+    "e2e-cnn-wide-4hosts-100mbit-sparseloco-probe-seed100/crossing-steps.md": [
+        "e2e/crossings.py", ".", "--steps", "0.85", "0.88", "0.89"],
     "powersgd-side-by-side/results.md": ["quality/hook_side_by_side_table.py", ".", "--windows",
                                          "0,2,10,50,200,384"],
     "link-rates/results.md": ["emulation/link_rates.py", ".", "20mbit", "1gbit", "10gbit",
@@ -163,6 +165,7 @@ LATE_QUALITY = {
     "e2e-cnn-wide-4hosts-10mbit-sparseloco-tuning-seeds": 531,
     "e2e-cnn-wide-4hosts-10mbit-tuning-ext-seed100": 531,
     "e2e-cnn-wide-4hosts-10mbit-sparseloco-reported-seeds": 531,
+    "e2e-cnn-wide-4hosts-100mbit-sparseloco-probe-seed100": 531,
 }
 for _folder, _from_step in LATE_QUALITY.items():
     GENERATORS[_folder + "/late_quality.md"] = ["e2e/late_quality.py", ".", str(_from_step)]
