@@ -51,8 +51,9 @@ import plot_e2e  # noqa: E402
 # Tables made by a script of their own: the file (under docs/results) -> the script (under
 # bench/, or "./NAME" in the file's folder) and its arguments. It runs in the file's folder
 # and prints the table.
-# gpt's validation-loss targets for bench/e2e/crossings.py tables.
+# gpt's validation-loss and cnn-wide's accuracy targets for bench/e2e/crossings.py tables.
 GPT_LOSSES = ["2.10", "1.93", "1.85", "1.80", "1.75", "1.70"]
+CNN_WIDE_ACCURACIES = ["0.85", "0.88", "0.89"]
 
 GENERATORS = {
     "loopback-4workers/results.md": ["loopback/loopback_table.py", ".", "none", "fp16",
@@ -91,17 +92,7 @@ GENERATORS = {
     "e2e-gpt-4hosts-100mbit-diloco-protocol-seeds/crossing-steps.md": [
         "e2e/crossings.py", ".", "--steps"] + GPT_LOSSES,
     "e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds/crossings.md": [
-        "e2e/crossings.py", ".", "0.85", "0.88", "0.89"],
-    "e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds/crossing-steps.md": [
-        "e2e/crossings.py", ".", "--steps", "0.85", "0.88", "0.89"],
-    "e2e-cnn-wide-4hosts-10mbit-sparseloco-tuning-seeds/crossing-steps.md": [
-        "e2e/crossings.py", ".", "--steps", "0.85", "0.88", "0.89"],
-    "e2e-cnn-wide-4hosts-10mbit-tuning-ext-seed100/crossing-steps.md": [
-        "e2e/crossings.py", ".", "--steps", "0.85", "0.88", "0.89"],
-    "e2e-cnn-wide-4hosts-10mbit-sparseloco-reported-seeds/crossing-steps.md": [
-        "e2e/crossings.py", ".", "--steps", "0.85", "0.88", "0.89"],
-    "e2e-cnn-wide-4hosts-100mbit-sparseloco-probe-seed100/crossing-steps.md": [
-        "e2e/crossings.py", ".", "--steps", "0.85", "0.88", "0.89"],
+        "e2e/crossings.py", "."] + CNN_WIDE_ACCURACIES,
     "powersgd-side-by-side/results.md": ["quality/hook_side_by_side_table.py", ".", "--windows",
                                          "0,2,10,50,200,384"],
     "link-rates/results.md": ["emulation/link_rates.py", ".", "20mbit", "1gbit", "10gbit",
@@ -128,6 +119,14 @@ for _folder in ("e2e-gpt-4hosts-10mbit-sparseloco-tuning-seeds",
                 "e2e-gpt-4hosts-10mbit-small-h-seed102",
                 "e2e-gpt-4hosts-10mbit-small-h-reported-seeds"):
     GENERATORS[_folder + "/crossing-steps.md"] = ["e2e/crossings.py", ".", "--steps"] + GPT_LOSSES
+# And cnn-wide's runs, each accuracy of CNN_WIDE_ACCURACIES.
+for _folder in ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds",
+                "e2e-cnn-wide-4hosts-10mbit-sparseloco-tuning-seeds",
+                "e2e-cnn-wide-4hosts-10mbit-tuning-ext-seed100",
+                "e2e-cnn-wide-4hosts-10mbit-sparseloco-reported-seeds",
+                "e2e-cnn-wide-4hosts-100mbit-sparseloco-probe-seed100"):
+    GENERATORS[_folder + "/crossing-steps.md"] = [
+        "e2e/crossings.py", ".", "--steps"] + CNN_WIDE_ACCURACIES
 # RESULTS.md's first page (bench/results_summary.py): per link, the default against DDP's
 # best configuration, from the matrices it names; and its list of the template's sections.
 for _link in ("10mbit", "100mbit", "1gbit", "10gbit"):
