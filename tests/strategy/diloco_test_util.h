@@ -82,6 +82,10 @@ inline std::vector<Model> train(int world, const DiLoCoOptions& o, uint64_t step
       strategy.after_update(spans(m));
     }
     if (finish) strategy.finish();
+    // The exchange in flight, if any, completes (unmerged) on every rank before the
+    // strategy goes: destroyed unstarted on one rank, it would keep the others waiting for
+    // the collectives' timeout.
+    strategy.wait_for_exchange();
     out[static_cast<size_t>(c.rank())] = m;
   });
   return out;
