@@ -57,6 +57,8 @@ ROWS = [
      "DiLoCo, 4-bit, auto H (the default)", 2),
     ("e2e-gpt-4hosts-100mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=auto",
      "DiLoCo, 4-bit, auto H (the default)", 2),
+    ("e2e-gpt-4hosts-100mbit-sparseloco-auto-reported-seeds", 4,
+     "diloco:inner_steps=auto/sparseloco", "SparseLoCo, density 1/64, auto H (H = 2)", 4),
     ("e2e-cnn-wide-4hosts-100mbit-hook-open-seeds", 4, "ddp:gradwire-auto",
      "Python: DDP + `gradwire.ddp.hook`, auto (the default)", 3),
     ("e2e-cnn-wide-4hosts-100mbit-hook-open-seeds", 4, "ddp:gradwire-powersgd",
