@@ -14,9 +14,8 @@ namespace gradwire {
 // diloco configurations and gradwire.DiLoCo all take them from here.
 struct DiLoCoOptions {
   // H. 0: auto, which times the first steps and picks the smallest H whose exchanges hide
-  // under the inner steps (fragments > 1 or delay > 0: it then sets the delay too, and
-  // lengthens it if the steps that follow take over twice the probed ones), or, without
-  // streaming, whose exchange costs at most 5% of a round; over the link of
+  // under the inner steps (fragments > 1 or delay > 0: it then sets the delay too), or,
+  // without streaming, whose exchange costs at most 5% of a round; over the link of
   // DistributedOptions::link_bits_per_s; at least 10 (F for the sparseloco codec).
   uint64_t inner_steps = 0;
   // The outer step theta_g <- theta_g - outer_lr (Delta + mu m) (Nesterov) or

@@ -353,8 +353,7 @@ TEST(DiLoCo, BadOptionsAreConfigErrors) {
 }
 
 // auto: after the probe steps, tau = ceil(1.25 T / t) and H = F tau (at least 10), from the
-// agreed step time and the predicted exchange, the same decision on every rank; exchanges
-// that hide leave it there (steps of 10 ms: the check's 2x is far above a sleep's jitter).
+// agreed step time and the predicted exchange, the same decision on every rank.
 TEST(DiLoCo, AutoPicksTheSmallestHiddenInnerSteps) {
   std::vector<std::vector<CodecDecision>> decisions(2);
   std::vector<DiLoCoStats> stats(2);
@@ -365,7 +364,7 @@ TEST(DiLoCo, AutoPicksTheSmallestHiddenInnerSteps) {
     DiLoCoStrategy s(c, o);
     s.start(toy_tensors(), spans(m));
     for (uint64_t t = 1; t <= 40; ++t) {
-      std::this_thread::sleep_for(10ms);
+      std::this_thread::sleep_for(2ms);
       inner_step(m, c.rank(), t);
       s.after_update(spans(m));
     }
@@ -388,24 +387,20 @@ TEST(DiLoCo, AutoPicksTheSmallestHiddenInnerSteps) {
   EXPECT_GT(stats[0].exchanges, 0u);
 }
 
-// SparseLoCo's auto H has no floor of 10: over a fast link tau = 1 and H = F = 2. Rank 1's
-// steps then take 3x the probe's (as an exchange that does not hide would make them):
-// the ranks agree on the slowest rank's, lengthen the delay to 2 (H = 4) at a round's end,
-// and, the steps back to the probe's, keep it. The same decisions on every rank, and the
-// ranks end with one model.
-TEST(DiLoCo, AutoLengthensTheDelayWhenExchangesDoNotHide) {
+// SparseLoCo's auto H has no floor of 10: over a fast link tau = 1 and H = F = 2, the same
+// on every rank; the job runs on that schedule and the ranks end with one model.
+TEST(DiLoCo, AutoGivesSparseLoCoTheSmallestHiddenInnerSteps) {
   std::vector<std::vector<CodecDecision>> decisions(2);
   std::vector<DiLoCoStats> stats(2);
   std::vector<Model> models(2);
-  comm::run_local_ranks(2, 30s, [&](comm::Collectives& c) {
+  comm::run_local_ranks(2, 20s, [&](comm::Collectives& c) {
     auto o = options(0, 2, 0, "sparseloco:chunk=16,density=0.25");
     o.link = comm::LinkModel::from_bandwidth(1e-4, 10e9);  // 10 Gbit/s
     Model m = initial_model(1);
     DiLoCoStrategy s(c, o);
     s.start(toy_tensors(), spans(m));
-    for (uint64_t t = 1; t <= 64; ++t) {
-      const bool slow = c.rank() == 1 && s.stats().delay == 1;
-      std::this_thread::sleep_for(slow ? 60ms : 20ms);
+    for (uint64_t t = 1; t <= 20; ++t) {
+      std::this_thread::sleep_for(10ms);
       inner_step(m, c.rank(), t);
       s.after_update(spans(m));
     }
@@ -414,18 +409,12 @@ TEST(DiLoCo, AutoLengthensTheDelayWhenExchangesDoNotHide) {
     stats[c.rank()] = s.stats();
     models[c.rank()] = m;
   });
-  ASSERT_EQ(decisions[0].size(), 2u);
-  for (size_t i = 0; i < 2; ++i) {
-    EXPECT_EQ(decisions[0][i].plan, decisions[1][i].plan);
-    EXPECT_EQ(decisions[0][i].step, decisions[1][i].step);
-  }
+  ASSERT_EQ(decisions[0].size(), 1u);
   EXPECT_EQ(decisions[0][0].plan, "diloco:inner_steps=2,delay=1");
-  EXPECT_EQ(decisions[0][1].plan, "diloco:inner_steps=4,delay=2");
-  // The check waits for kSettleMinSteps steps under the first schedule.
-  EXPECT_GE(decisions[0][1].step, decisions[0][0].step + DiLoCoStrategy::kSettleMinSteps);
-  EXPECT_EQ(stats[0].inner_steps, 4u);
-  EXPECT_EQ(stats[0].delay, 2u);
-  EXPECT_EQ(stats[1].inner_steps, 4u);
+  EXPECT_EQ(decisions[1][0].plan, decisions[0][0].plan);
+  EXPECT_EQ(stats[0].inner_steps, 2u);
+  EXPECT_EQ(stats[0].delay, 1u);
+  EXPECT_GE(stats[0].exchanges, 2u * 6);  // a fragment every step after the probe
   EXPECT_EQ(models[0], models[1]);
 }
 

@@ -141,8 +141,6 @@ void DiLoCoStrategy::after_update(const FloatSpans& params) {
   if (!scheduled_) {
     probe();
     if (!scheduled_) return;
-  } else if (settling_) {
-    settle();
   }
   if (const auto f = schedule_.sent_at(steps_)) {
     send(*f, params);
@@ -264,37 +262,27 @@ uint64_t DiLoCoStrategy::auto_min_inner_steps() const {
   return kAutoMinInnerSteps;
 }
 
-void DiLoCoStrategy::schedule_streaming(uint64_t tau) {
-  const auto F = static_cast<uint64_t>(options_.fragments);
-  uint64_t h = F * tau;
-  const uint64_t least = auto_min_inner_steps();
-  if (h < least) h = F * ((least + F - 1) / F);
-  schedule_ = {h, tau, options_.fragments, steps_};
-  schedule_.check();
-}
-
 void DiLoCoStrategy::resolve_auto(double t) {
   double exchange_s = 0;
   for (const auto& f : fragments_) {
     exchange_s = std::max(exchange_s, f.exchange->predicted_seconds(options_.link));
   }
   t = std::max(t, 1e-6);
-  probe_step_s_ = t;
   const bool streaming = options_.fragments > 1 || options_.delay > 0;
+  const auto F = static_cast<uint64_t>(options_.fragments);
+  const uint64_t least = auto_min_inner_steps();
   uint64_t h = 0, tau = 0;
   if (streaming) {
     tau = std::max<uint64_t>(1, static_cast<uint64_t>(std::ceil(kAutoMargin * exchange_s / t)));
-    schedule_streaming(tau);
-    h = schedule_.inner_steps;
+    h = F * tau;
+    if (h < least) h = F * ((least + F - 1) / F);
   } else {
     h = static_cast<uint64_t>(std::ceil(exchange_s / (kAutoBlockingShare * t)));
-    h = std::max(h, auto_min_inner_steps());
-    schedule_ = {h, tau, options_.fragments, steps_};
-    schedule_.check();
+    h = std::max(h, least);
   }
+  schedule_ = {h, tau, options_.fragments, steps_};
+  schedule_.check();
   scheduled_ = true;
-  settling_ = streaming;
-  settle_seconds_.clear();
   char reason[256];
   std::snprintf(reason, sizeof reason,
                 "inner step %.1f ms (slowest rank's median of %llu), a fragment's exchange "
@@ -308,51 +296,6 @@ void DiLoCoStrategy::resolve_auto(double t) {
                 "\"exchange_s\":%.6g}",
                 static_cast<unsigned long long>(steps_), static_cast<unsigned long long>(h),
                 static_cast<unsigned long long>(tau), t, exchange_s);
-  decisions_.push_back({steps_,
-                        "diloco:inner_steps=" + std::to_string(h) + ",delay=" + std::to_string(tau),
-                        reason, inputs});
-}
-
-void DiLoCoStrategy::settle() {
-  const auto now = Clock::now();
-  settle_seconds_.push_back(std::chrono::duration<double>(now - last_update_).count());
-  last_update_ = now;
-  // A round's end with nothing in flight: the same step on every rank, so the collective
-  // below is too (as the probe's, no exchange runs beside it).
-  const uint64_t enough = std::max(schedule_.inner_steps, kSettleMinSteps);
-  if (!just_synchronized_ || in_flight_.fragment >= 0 || settle_seconds_.size() < enough) return;
-  double sum = 0;
-  size_t n = 0;
-  for (double s : settle_seconds_) {
-    if (s > kSettleOutlier * probe_step_s_) continue;
-    sum += s;
-    ++n;
-  }
-  float mean = n > 0 ? static_cast<float>(sum / static_cast<double>(n)) : 0.0f;
-  collectives_.allreduce_max(&mean, 1);
-  const double ratio = static_cast<double>(mean) / probe_step_s_;
-  const size_t steps_seen = settle_seconds_.size();
-  settle_seconds_.clear();
-  if (ratio <= kSettleSlack || mean - probe_step_s_ <= kSettleMinExcessS ||
-      settles_ >= kMaxSettles) {
-    settling_ = false;
-    return;
-  }
-  ++settles_;
-  const uint64_t tau = schedule_.delay + 1;
-  schedule_streaming(tau);
-  const uint64_t h = schedule_.inner_steps;
-  char reason[320];
-  std::snprintf(reason, sizeof reason,
-                "the exchanges did not hide: the slowest rank's mean step over the last %zu "
-                "(%zu kept) was %.2fx the probe's %.1f ms (more than %.2fx): a longer delay",
-                steps_seen, n, ratio, 1e3 * probe_step_s_, kSettleSlack);
-  char inputs[256];
-  std::snprintf(inputs, sizeof inputs,
-                "{\"step\":%llu,\"plan\":\"diloco:inner_steps=%llu,delay=%llu\",\"step_s\":%.6g,"
-                "\"ratio\":%.6g}",
-                static_cast<unsigned long long>(steps_), static_cast<unsigned long long>(h),
-                static_cast<unsigned long long>(tau), probe_step_s_, ratio);
   decisions_.push_back({steps_,
                         "diloco:inner_steps=" + std::to_string(h) + ",delay=" + std::to_string(tau),
                         reason, inputs});
@@ -600,8 +543,6 @@ void DiLoCoStrategy::load_state(ByteReader& in) {
   scheduled_ = scheduled;
   schedule_ = schedule;
   probe_seconds_ = std::move(probe);
-  settling_ = false;  // a loaded job has settled (header comment)
-  settle_seconds_.clear();
   traffic_ = traffic;
   in_flight_ = std::move(flight);
   exchange_running_ = false;

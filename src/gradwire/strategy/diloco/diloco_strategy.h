@@ -27,21 +27,10 @@
 //   sparse outer steps ended level with or above the floor's quality at the smallest H
 //   that hides (docs/RESULTS.md, issue 63), where only tau >= 1 bounds it. The choice is a
 //   decision (take_decisions()).
-//   Streaming, auto then checks that the exchanges hide (settle()): once at least
-//   max(H, kSettleMinSteps) steps have run under the schedule, at the end of a round (the
-//   last fragment landed, nothing in flight), the ranks agree on the slowest rank's mean
-//   step time over them (steps over kSettleOutlier t left out: an evaluation, a checkpoint
-//   taken between steps); above kSettleSlack t, and by more than kSettleMinExcessS (a
-//   step of a few ms doubles by jitter alone), the exchanges did not hide (a wait for the
-//   exchange, or its encoding competing with the inner steps for the cores: neither is in
-//   T), and tau grows by one (H = F tau, a new round from that step), at most
-//   kMaxSettles times; at or below it auto has settled. Each change is a decision. A
-//   checkpoint does not keep the check: a job loaded from one has settled.
-//   The slack is wide because a longer H costs steps and the probe's first steps run
-//   faster than later ones: on cnn-wide at 10 Mbit (tuning seed 100, probe 72 ms)
-//   SparseLoCo at H = 4 (steps 1.7x the probe's) reached 88% sooner than at H = 8 (1.25x),
-//   which needed 1.43x its steps, and the default int4 at H = 46, whose exchange
-//   hides, stepped 1.3x; only at H = 2 (2.7x) did a longer H pay.
+//   The probe's first steps can run faster than later ones (cnn-wide at 10 Mbit: 31 ms
+//   and 69-72 ms probes on two seeds, about 85 ms later): H is then longer than the link
+//   needs. A check that lengthened tau when later steps ran over 2x the probe's made that
+//   worse (docs/RESULTS.md, "SparseLoCo with `auto` H") and is not kept.
 //
 // Everything here happens in after_update() on the caller's thread, except the exchanges,
 // which run on the exchange thread (InOrderExecutor, in a turn reserved when sent, so that
@@ -97,11 +86,6 @@ class DiLoCoStrategy : public Strategy {
   static constexpr double kAutoMargin = 1.25;
   static constexpr double kAutoBlockingShare = 0.05;
   static constexpr uint64_t kAutoMinInnerSteps = 10;  // for every codec but sparseloco
-  static constexpr uint64_t kSettleMinSteps = 16;
-  static constexpr double kSettleOutlier = 3.0;
-  static constexpr double kSettleSlack = 2.0;
-  static constexpr double kSettleMinExcessS = 0.005;
-  static constexpr int kMaxSettles = 4;
 
   DiLoCoStrategy(comm::Collectives& collectives, DiLoCoOptions options);
   ~DiLoCoStrategy() override;
@@ -179,10 +163,6 @@ class DiLoCoStrategy : public Strategy {
   void resolve_auto(double step_seconds);
   // The least H auto chooses: kAutoMinInnerSteps, or F for sparseloco.
   uint64_t auto_min_inner_steps() const;
-  // Auto, streaming: times the step; at a round's end, once enough steps have run, agrees
-  // whether the exchanges hid and, where they did not, lengthens tau (header comment).
-  void settle();
-  void schedule_streaming(uint64_t tau);
 
   comm::Collectives& collectives_;
   DiLoCoOptions options_;
@@ -209,10 +189,6 @@ class DiLoCoStrategy : public Strategy {
   mutable TrafficStats traffic_;
   size_t numel_ = 0;
   std::vector<double> probe_seconds_;
-  double probe_step_s_ = 0;             // t, as auto agreed it
-  bool settling_ = false;               // settle() still checks the schedule
-  int settles_ = 0;                     // the times it lengthened tau
-  std::vector<double> settle_seconds_;  // the steps run under the current schedule
   Clock::time_point last_update_;
   std::vector<CodecDecision> decisions_;
   std::function<void(Bytes&)> pack_;  // carry_broadcast(); empty: nothing carried
