@@ -120,7 +120,8 @@ for _folder in ("e2e-gpt-4hosts-10mbit-sparseloco-tuning-seeds",
                 "e2e-gpt-4hosts-10mbit-small-h-reported-seeds",
                 "e2e-gpt-4hosts-10mbit-sparseloco-auto-seed100",
                 "e2e-gpt-4hosts-100mbit-sparseloco-auto-seed100",
-                "e2e-gpt-4hosts-100mbit-sparseloco-auto-reported-seeds"):
+                "e2e-gpt-4hosts-100mbit-sparseloco-auto-reported-seeds",
+                "e2e-gpt-4hosts-10mbit-sparseloco-auto-seed101"):
     GENERATORS[_folder + "/crossing-steps.md"] = ["e2e/crossings.py", ".", "--steps"] + GPT_LOSSES
 # And cnn-wide's runs, each accuracy of CNN_WIDE_ACCURACIES.
 for _folder in ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds",
@@ -130,7 +131,8 @@ for _folder in ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds",
                 "e2e-cnn-wide-4hosts-100mbit-sparseloco-probe-seed100",
                 "e2e-cnn-wide-4hosts-10mbit-sparseloco-auto-seed100",
                 "e2e-cnn-wide-4hosts-10mbit-sparseloco-auto-slack115-seed100",
-                "e2e-cnn-wide-4hosts-100mbit-sparseloco-auto-seed100"):
+                "e2e-cnn-wide-4hosts-100mbit-sparseloco-auto-seed100",
+                "e2e-cnn-wide-4hosts-10mbit-sparseloco-auto-seed101"):
     GENERATORS[_folder + "/crossing-steps.md"] = [
         "e2e/crossings.py", ".", "--steps"] + CNN_WIDE_ACCURACIES
 # RESULTS.md's first page (bench/results_summary.py): per link, the default against DDP's
@@ -177,6 +179,8 @@ LATE_QUALITY = {
     "e2e-gpt-4hosts-100mbit-sparseloco-auto-seed100": 672,
     "e2e-cnn-wide-4hosts-100mbit-sparseloco-auto-seed100": 531,
     "e2e-gpt-4hosts-100mbit-sparseloco-auto-reported-seeds": 672,
+    "e2e-cnn-wide-4hosts-10mbit-sparseloco-auto-seed101": 531,
+    "e2e-gpt-4hosts-10mbit-sparseloco-auto-seed101": 672,
 }
 for _folder, _from_step in LATE_QUALITY.items():
     GENERATORS[_folder + "/late_quality.md"] = ["e2e/late_quality.py", ".", str(_from_step)]
