@@ -352,25 +352,40 @@ TEST(DiLoCo, BadOptionsAreConfigErrors) {
   });
 }
 
-// auto: after the probe steps, tau = ceil(1.25 T / t) and H = F tau (at least 10), from the
-// agreed step time and the predicted exchange, the same decision on every rank.
-TEST(DiLoCo, AutoPicksTheSmallestHiddenInnerSteps) {
-  std::vector<std::vector<CodecDecision>> decisions(2);
-  std::vector<DiLoCoStats> stats(2);
+// What two ranks ran with auto H: each rank's decisions, stats and model after `steps`
+// inner steps of `step` each (then finish()).
+struct AutoRun {
+  std::vector<std::vector<CodecDecision>> decisions = std::vector<std::vector<CodecDecision>>(2);
+  std::vector<DiLoCoStats> stats = std::vector<DiLoCoStats>(2);
+  std::vector<Model> models = std::vector<Model>(2);
+};
+
+AutoRun run_auto(const DiLoCoOptions& o, uint64_t steps, std::chrono::milliseconds step) {
+  AutoRun out;
   comm::run_local_ranks(2, 20s, [&](comm::Collectives& c) {
-    auto o = options(0, 2);
-    o.link = comm::LinkModel::from_bandwidth(1e-3, 2e6);  // 2 Mbit/s
     Model m = initial_model(1);
     DiLoCoStrategy s(c, o);
     s.start(toy_tensors(), spans(m));
-    for (uint64_t t = 1; t <= 40; ++t) {
-      std::this_thread::sleep_for(2ms);
+    for (uint64_t t = 1; t <= steps; ++t) {
+      std::this_thread::sleep_for(step);
       inner_step(m, c.rank(), t);
       s.after_update(spans(m));
     }
-    decisions[c.rank()] = s.take_decisions();
-    stats[c.rank()] = s.stats();
+    s.finish();
+    out.decisions[c.rank()] = s.take_decisions();
+    out.stats[c.rank()] = s.stats();
+    out.models[c.rank()] = m;
   });
+  return out;
+}
+
+// auto: after the probe steps, tau = ceil(1.25 T / t) and H = F tau (at least 10), from the
+// agreed step time and the predicted exchange, the same decision on every rank.
+TEST(DiLoCo, AutoPicksTheSmallestHiddenInnerSteps) {
+  auto o = options(0, 2);
+  o.link = comm::LinkModel::from_bandwidth(1e-3, 2e6);  // 2 Mbit/s
+  const AutoRun run = run_auto(o, 40, 2ms);
+  const auto& decisions = run.decisions;
   ASSERT_EQ(decisions[0].size(), 1u);
   EXPECT_EQ(decisions[0][0].plan, decisions[1][0].plan);
   const std::string& inputs = decisions[0][0].inputs_json;
@@ -381,41 +396,25 @@ TEST(DiLoCo, AutoPicksTheSmallestHiddenInnerSteps) {
   };
   const double t = field("step_s"), exchange = field("exchange_s");
   const auto tau = static_cast<uint64_t>(std::max(1.0, std::ceil(1.25 * exchange / t)));
-  EXPECT_EQ(stats[0].delay, tau);
-  EXPECT_EQ(stats[0].inner_steps, std::max<uint64_t>(2 * tau, 10));
+  EXPECT_EQ(run.stats[0].delay, tau);
+  EXPECT_EQ(run.stats[0].inner_steps, std::max<uint64_t>(2 * tau, 10));
   EXPECT_EQ(decisions[0][0].step, DiLoCoStrategy::kProbeSteps + 1);
-  EXPECT_GT(stats[0].exchanges, 0u);
+  EXPECT_GT(run.stats[0].exchanges, 0u);
 }
 
 // SparseLoCo's auto H has no floor of 10: over a fast link tau = 1 and H = F = 2, the same
 // on every rank; the job runs on that schedule and the ranks end with one model.
 TEST(DiLoCo, AutoGivesSparseLoCoTheSmallestHiddenInnerSteps) {
-  std::vector<std::vector<CodecDecision>> decisions(2);
-  std::vector<DiLoCoStats> stats(2);
-  std::vector<Model> models(2);
-  comm::run_local_ranks(2, 20s, [&](comm::Collectives& c) {
-    auto o = options(0, 2, 0, "sparseloco:chunk=16,density=0.25");
-    o.link = comm::LinkModel::from_bandwidth(1e-4, 10e9);  // 10 Gbit/s
-    Model m = initial_model(1);
-    DiLoCoStrategy s(c, o);
-    s.start(toy_tensors(), spans(m));
-    for (uint64_t t = 1; t <= 20; ++t) {
-      std::this_thread::sleep_for(10ms);
-      inner_step(m, c.rank(), t);
-      s.after_update(spans(m));
-    }
-    s.finish();
-    decisions[c.rank()] = s.take_decisions();
-    stats[c.rank()] = s.stats();
-    models[c.rank()] = m;
-  });
-  ASSERT_EQ(decisions[0].size(), 1u);
-  EXPECT_EQ(decisions[0][0].plan, "diloco:inner_steps=2,delay=1");
-  EXPECT_EQ(decisions[1][0].plan, decisions[0][0].plan);
-  EXPECT_EQ(stats[0].inner_steps, 2u);
-  EXPECT_EQ(stats[0].delay, 1u);
-  EXPECT_GE(stats[0].exchanges, 2u * 6);  // a fragment every step after the probe
-  EXPECT_EQ(models[0], models[1]);
+  auto o = options(0, 2, 0, "sparseloco:chunk=16,density=0.25");
+  o.link = comm::LinkModel::from_bandwidth(1e-4, 10e9);  // 10 Gbit/s
+  const AutoRun run = run_auto(o, 20, 10ms);
+  ASSERT_EQ(run.decisions[0].size(), 1u);
+  EXPECT_EQ(run.decisions[0][0].plan, "diloco:inner_steps=2,delay=1");
+  EXPECT_EQ(run.decisions[1][0].plan, run.decisions[0][0].plan);
+  EXPECT_EQ(run.stats[0].inner_steps, 2u);
+  EXPECT_EQ(run.stats[0].delay, 1u);
+  EXPECT_GE(run.stats[0].exchanges, 2u * 6);  // a fragment every step after the probe
+  EXPECT_EQ(run.models[0], run.models[1]);
 }
 
 }  // namespace
