@@ -181,6 +181,7 @@ LATE_QUALITY = {
     "e2e-gpt-4hosts-100mbit-sparseloco-auto-reported-seeds": 672,
     "e2e-cnn-wide-4hosts-10mbit-sparseloco-auto-seed101": 531,
     "e2e-gpt-4hosts-10mbit-sparseloco-auto-seed101": 672,
+    "e2e-gpt-4hosts-100mbit-hook-start2-seeds": 288,
 }
 for _folder, _from_step in LATE_QUALITY.items():
     GENERATORS[_folder + "/late_quality.md"] = ["e2e/late_quality.py", ".", str(_from_step)]
