@@ -27,10 +27,9 @@
 //   sparse outer steps ended level with or above the floor's quality at the smallest H
 //   that hides (docs/RESULTS.md, issue 63), where only tau >= 1 bounds it. The choice is a
 //   decision (take_decisions()).
-//   The probe's first steps can run faster than later ones (cnn-wide at 10 Mbit: 31 ms
-//   and 69-72 ms probes on two seeds, about 85 ms later): H is then longer than the link
-//   needs. A check that lengthened tau when later steps ran over 2x the probe's made that
-//   worse (docs/RESULTS.md, "SparseLoCo with `auto` H") and is not kept.
+//   Known limit: the probe's first steps can run faster than later ones (cnn-wide at 10
+//   Mbit: 31 and 69 ms probes on two seeds, about 85 ms later), and H is then longer than
+//   the link needs (docs/ALGORITHMS.md 12).
 //
 // Everything here happens in after_update() on the caller's thread, except the exchanges,
 // which run on the exchange thread (InOrderExecutor, in a turn reserved when sent, so that
