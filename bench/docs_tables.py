@@ -110,6 +110,11 @@ GENERATORS = {
                                                      "runs-cnn-wide.txt"],
     "gpt-hook-vs-cpp-loopback/results.md": ["./table.py"],
     "hook-first-bucket-ab/results.md": ["./table.py"],
+    # One plan three times (PowerSGD's first Q seeded 0, 1, 2) beside `auto`.
+    "e2e-cnn-wide-4hosts-100mbit-same-plan-seeds/same-plan.md": [
+        "e2e/same_plan_noise.py", "."] + CNN_WIDE_ACCURACIES + [
+        "strict", "--same", "powersgd:rank=8,min_rate=2", "powersgd:rank=8,min_rate=2,seed=1",
+        "powersgd:rank=8,min_rate=2,seed=2", "--candidate", "auto", "--at-step", "59"],
 }
 # The steps at which gpt's runs first reach each loss of GPT_LOSSES (bench/e2e/crossings.py).
 for _folder in ("e2e-gpt-4hosts-10mbit-sparseloco-tuning-seeds",
@@ -132,7 +137,8 @@ for _folder in ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds",
                 "e2e-cnn-wide-4hosts-10mbit-sparseloco-auto-seed100",
                 "e2e-cnn-wide-4hosts-10mbit-sparseloco-auto-slack115-seed100",
                 "e2e-cnn-wide-4hosts-100mbit-sparseloco-auto-seed100",
-                "e2e-cnn-wide-4hosts-10mbit-sparseloco-auto-seed101"):
+                "e2e-cnn-wide-4hosts-10mbit-sparseloco-auto-seed101",
+                "e2e-cnn-wide-4hosts-100mbit-same-plan-seeds"):
     GENERATORS[_folder + "/crossing-steps.md"] = [
         "e2e/crossings.py", ".", "--steps"] + CNN_WIDE_ACCURACIES
 # RESULTS.md's first page (bench/results_summary.py): per link, the default against DDP's
@@ -150,6 +156,7 @@ GENERATORS["batch-probe-cnn-wide/results.md"] = ["e2e/batch_step_cost.py", "."]
 # step of the fourth last: 531 of cnn's and cnn-wide's three epochs, 288 of gpt's epoch.
 LATE_QUALITY = {
     "e2e-cnn-wide-4hosts-100mbit-rule-seeds": 531,
+    "e2e-cnn-wide-4hosts-100mbit-same-plan-seeds": 531,
     "e2e-gpt-4hosts-100mbit-rule-seeds": 288,
     "e2e-gpt-4hosts-100mbit-open-seeds": 288,
     "e2e-cnn-wide-4hosts-100mbit-open-seeds": 531,
