@@ -126,7 +126,9 @@ for _folder in ("e2e-gpt-4hosts-10mbit-sparseloco-tuning-seeds",
                 "e2e-gpt-4hosts-10mbit-sparseloco-auto-seed100",
                 "e2e-gpt-4hosts-100mbit-sparseloco-auto-seed100",
                 "e2e-gpt-4hosts-100mbit-sparseloco-auto-reported-seeds",
-                "e2e-gpt-4hosts-10mbit-sparseloco-auto-seed101"):
+                "e2e-gpt-4hosts-10mbit-sparseloco-auto-seed101",
+                "e2e-gpt-4hosts-10gbit-hook-numerics-seeds",
+                "e2e-gpt-4hosts-10gbit-hook-powersgd-q-seeds"):
     GENERATORS[_folder + "/crossing-steps.md"] = ["e2e/crossings.py", ".", "--steps"] + GPT_LOSSES
 # And cnn-wide's runs, each accuracy of CNN_WIDE_ACCURACIES.
 for _folder in ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds",
@@ -157,6 +159,8 @@ GENERATORS["batch-probe-cnn-wide/results.md"] = ["e2e/batch_step_cost.py", "."]
 LATE_QUALITY = {
     "e2e-cnn-wide-4hosts-100mbit-rule-seeds": 531,
     "e2e-cnn-wide-4hosts-100mbit-same-plan-seeds": 531,
+    "e2e-gpt-4hosts-10gbit-hook-numerics-seeds": 288,
+    "e2e-gpt-4hosts-10gbit-hook-powersgd-q-seeds": 288,
     "e2e-gpt-4hosts-100mbit-rule-seeds": 288,
     "e2e-gpt-4hosts-100mbit-open-seeds": 288,
     "e2e-cnn-wide-4hosts-100mbit-open-seeds": 531,
