@@ -140,7 +140,8 @@ for _folder in ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds",
                 "e2e-cnn-wide-4hosts-10mbit-sparseloco-auto-slack115-seed100",
                 "e2e-cnn-wide-4hosts-100mbit-sparseloco-auto-seed100",
                 "e2e-cnn-wide-4hosts-10mbit-sparseloco-auto-seed101",
-                "e2e-cnn-wide-4hosts-100mbit-same-plan-seeds"):
+                "e2e-cnn-wide-4hosts-100mbit-same-plan-seeds",
+                "e2e-cnn-wide-4hosts-100mbit-sparseloco-auto-reported-seeds"):
     GENERATORS[_folder + "/crossing-steps.md"] = [
         "e2e/crossings.py", ".", "--steps"] + CNN_WIDE_ACCURACIES
 # RESULTS.md's first page (bench/results_summary.py): per link, the default against DDP's
@@ -161,6 +162,7 @@ LATE_QUALITY = {
     "e2e-cnn-wide-4hosts-100mbit-same-plan-seeds": 531,
     "e2e-gpt-4hosts-10gbit-hook-numerics-seeds": 288,
     "e2e-gpt-4hosts-10gbit-hook-powersgd-q-seeds": 288,
+    "e2e-cnn-wide-4hosts-100mbit-sparseloco-auto-reported-seeds": 531,
     "e2e-gpt-4hosts-100mbit-rule-seeds": 288,
     "e2e-gpt-4hosts-100mbit-open-seeds": 288,
     "e2e-cnn-wide-4hosts-100mbit-open-seeds": 531,

@@ -55,6 +55,8 @@ ROWS = [
      "SparseLoCo, density 1/64, H = 4 (chosen on tuning seeds)", 4),
     ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=auto",
      "DiLoCo, 4-bit, auto H (the default)", 2),
+    ("e2e-cnn-wide-4hosts-100mbit-sparseloco-auto-reported-seeds", 4,
+     "diloco:inner_steps=auto/sparseloco", "SparseLoCo, density 1/64, auto H (H = 2)", 4),
     ("e2e-gpt-4hosts-100mbit-diloco-protocol-seeds", 4, "diloco:inner_steps=auto",
      "DiLoCo, 4-bit, auto H (the default)", 2),
     ("e2e-gpt-4hosts-100mbit-sparseloco-auto-reported-seeds", 4,
