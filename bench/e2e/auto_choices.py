@@ -34,11 +34,14 @@ def plan_cells(last):
     step_ms = last.get("step_ms", {})
     penalty = last.get("penalty", 0)
     ruled_out = last.get("ruled_out", [])
+    lost_at_warmup = last.get("lost_at_warmup", [])
     cells = []
     for plan in [p for p in PLANS if p in step_ms] + [p for p in step_ms if p not in PLANS]:
         ms = step_ms[plan]
         if plan in ruled_out:
             cells.append(f"{plan} ruled out by the model")
+        elif plan in lost_at_warmup:
+            cells.append(f"{plan} lost at its warm-up")
         elif ms is None:
             cells.append(f"{plan} -")
         elif plan == "powersgd":

@@ -462,15 +462,16 @@ TEST(AutoTest, APlainLoserLeavesTheTrialAfterThreeStepsOfItsOwn) {
 }
 
 TEST(AutoTest, AClearLoserLeavesTheTrialAfterItsFirstSample) {
-  // The job of the test above without gradient hooks, 50 ms of compute: every exchange
-  // follows backward, a step of none takes about 50 + 2 x 210 ms, fp16's 50 + 2 x 105.
+  // The job of the test above without gradient hooks, 300 ms of compute: every exchange
+  // follows backward, a step of none takes about 300 + 2 x 210 ms, fp16's 300 + 2 x 105.
   // none loses by more than a quarter of fp16's step (kClearLoss) and the model predicts its
-  // exchange above fp16's: it leaves at the end of its first sample's round, fp16's opening
-  // (steps 0-2), round 1 (fp16's turn, none's warm-up: 3-5), round 2 (a lead-in and a
-  // sample each: 6-9): fp16 is chosen at step 10 (a loaded machine: a round later), none
-  // ran 3 steps (5).
+  // exchange (about 420 ms) above fp16's, but below fp16's whole step: no clear loser at its
+  // warm-up (loses_at_warmup()), one at its first sample. It leaves at the end of that
+  // sample's round: fp16's opening (steps 0-2), round 1 (fp16's turn, none's warm-up: 3-5),
+  // round 2 (a lead-in and a sample each: 6-9): fp16 is chosen at step 10 (a loaded machine:
+  // a round later), none ran 3 steps (5).
   RunSettings settings = none_or_fp16_job(16);
-  settings.compute = 50ms;
+  settings.compute = 300ms;
   const auto runs = run_ranks(2, settings);
   for (int r = 0; r < 2; ++r) {
     ASSERT_EQ(runs[r].decisions.size(), 1u) << "rank " << r;
@@ -480,6 +481,33 @@ TEST(AutoTest, AClearLoserLeavesTheTrialAfterItsFirstSample) {
     const auto none_steps =
         std::count(runs[r].plan_per_step.begin(), runs[r].plan_per_step.end(), "none");
     EXPECT_EQ(none_steps, decided == 10 ? 3 : 5) << "rank " << r;
+    EXPECT_EQ(runs[r].reasons[0].find("lost at its warm-up"), std::string::npos)
+        << runs[r].reasons[0];
+    EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+  }
+}
+
+TEST(AutoTest, AClearLoserTheModelBoundsLeavesAtItsWarmUp) {
+  // As above with 50 ms of compute: a step of none about 50 + 2 x 210 ms, fp16's 50 + 2 x
+  // 105. none's warm-up scores more than a quarter above fp16's sample and the model puts
+  // its exchange alone (about 420 ms) above fp16's whole step (about 260): it leaves after
+  // round 1 (fp16's turn, none's warm-up: steps 3-5) with no lead-in or sample; fp16 is
+  // chosen at step 6 (a loaded machine: a round later, at 10 with none's first sample), none
+  // ran 1 step (3).
+  RunSettings settings = none_or_fp16_job(12);
+  settings.compute = 50ms;
+  const auto runs = run_ranks(2, settings);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(runs[r].decisions.size(), 1u) << "rank " << r;
+    const size_t decided = runs[r].decisions[0].first;
+    const std::string& reason = runs[r].reasons[0];
+    EXPECT_EQ(runs[r].decisions[0].second, "fp16") << reason;
+    EXPECT_TRUE(decided == 6 || decided == 10) << "decided at " << decided;
+    const auto none_steps =
+        std::count(runs[r].plan_per_step.begin(), runs[r].plan_per_step.end(), "none");
+    EXPECT_EQ(none_steps, decided == 6 ? 1 : 3) << "rank " << r;
+    if (decided == 6) EXPECT_NE(reason.find("lost at its warm-up"), std::string::npos) << reason;
     EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
     EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
   }

@@ -52,16 +52,25 @@ void AdaptiveStrategy::decide(size_t plan, const std::string& why) {
               "\":" + std::to_string(trial_steps_of_[p]);
     }
     json += "}";
-    std::string ruled, waited, ruled_json, waited_json;
+    // Per reason (kByModel, kByWait, kAtWarmUp): the plans' names, as text and as JSON.
+    std::string text[4], list[4];
     for (size_t p = 0; p < options_.plans.size(); ++p) {
-      if (!ruled_out_[p]) continue;
-      std::string& text = ruled_out_[p] == kByWait ? waited : ruled;
-      std::string& list = ruled_out_[p] == kByWait ? waited_json : ruled_json;
-      text += (text.empty() ? "" : " ") + options_.plans[p].name;
-      list += (list.empty() ? "\"" : ",\"") + options_.plans[p].name + "\"";
+      const uint8_t why = ruled_out_[p];
+      if (!why || why > kAtWarmUp) continue;
+      text[why] += (text[why].empty() ? "" : " ") + options_.plans[p].name;
+      list[why] += (list[why].empty() ? "\"" : ",\"") + options_.plans[p].name + "\"";
     }
-    json += ",\"ruled_out\":[" + ruled_json + "],\"cannot_beat\":[" + waited_json + "]";
+    const std::string& ruled = text[kByModel];
+    const std::string& waited = text[kByWait];
+    json += ",\"ruled_out\":[" + list[kByModel] + "],\"cannot_beat\":[" + list[kByWait] +
+            "],\"lost_at_warmup\":[" + list[kAtWarmUp] + "]";
     if (!ruled.empty()) reason += "; ruled out by the model: " + ruled;
+    if (!text[kAtWarmUp].empty()) {
+      reason +=
+          "; lost at its warm-up (by a quarter, its predicted exchange above the "
+          "leader's step): " +
+          text[kAtWarmUp];
+    }
     if (!waited.empty()) {
       reason +=
           "; cannot beat the most faithful plan by the tie (its wait after backward is "

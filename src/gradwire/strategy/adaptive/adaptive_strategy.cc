@@ -375,10 +375,24 @@ void AdaptiveStrategy::rule_out_running(std::span<const TrialFigure> figures) {
   for (size_t p = 0; p < options_.plans.size() && reference == PlanTrial::kNone; ++p) {
     if (figures[p].samples >= std::min<size_t>(3, options_.trial)) reference = p;
   }
+  // The leader by the samples so far, for the plans that only warmed up (loses_at_warmup()).
+  std::vector<double> sampled_ms(options_.plans.size(), 0.0);
+  for (size_t p : running) sampled_ms[p] = figures[p].step_ms;
+  const size_t leader =
+      choose_plan(options_.plans, sampled_ms, critical_, options_.penalty, kPlanTie);
+  const double leader_score =
+      leader < options_.plans.size()
+          ? sampled_ms[leader] * score_factor(options_.plans[leader], options_.penalty)
+          : 0;
   for (size_t p : running) {
     if (critical_ && options_.plans[p].compresses) {
       trial_.leave(p, false);  // regimes=on: not a candidate in this regime
     } else if (p != fastest_plan && rule_out(p, warmup_bound)) {
+      trial_.leave(p, false);
+    } else if (p != leader && !(figures[p].step_ms > 0) &&
+               loses_at_warmup(options_.plans[p], figures[p].warmup_ms, predicted_ms_[p],
+                               leader_score, options_.penalty)) {
+      ruled_out_[p] = kAtWarmUp;
       trial_.leave(p, false);
     } else if (reference != PlanTrial::kNone && p != reference &&
                cannot_beat(options_.plans[p], figures[reference].step_ms,

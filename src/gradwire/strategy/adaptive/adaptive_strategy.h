@@ -36,7 +36,10 @@
 //     (a step cannot be shorter than its exchange; 0: never), and every plan that cannot beat the
 //     most faithful plan measured by the tie even if it saved all that plan's wait after backward
 //     (cannot_beat(), codec_plan.h: on a fast link, where the exchange hides under backward, no
-//     codec is worth its trial steps). A plan that cannot run at this world (int8 beyond 127 ranks
+//     codec is worth its trial steps), and a plan whose warm-up scores a quarter above the
+//     leader's sample where the model puts its exchange alone above the leader's step
+//     (loses_at_warmup(), codec_plan.h: its lead-in and sample would cost more than it could
+//     win). A plan that cannot run at this world (int8 beyond 127 ranks
 //     with the quantized path forced to its ring) is left out at start.
 //     Plan `fit` (listed, not a default: it lost to the best uniform plan in every whole
 //     run measured, docs/RESULTS.md) is a choice per bucket among the uniform plans
@@ -212,9 +215,10 @@ class AdaptiveStrategy : public Strategy {
   std::vector<double> noise_ms_;          // its agreed standard error (ms); 0: unknown
   std::vector<double> wait_ms_;           // its agreed median wait after backward (ms; not saved)
   std::vector<uint64_t> trial_steps_of_;  // per plan: steps its last measurement ran
-  // per plan: ruled out in the last trial, by the exchange the model predicts (kByModel)
-  // or because it cannot beat the most faithful plan's step by the tie (kByWait)
-  static constexpr uint8_t kByModel = 1, kByWait = 2;
+  // per plan: ruled out in the last trial, by the exchange the model predicts (kByModel),
+  // because it cannot beat the most faithful plan's step by the tie (kByWait), or as a
+  // clear loser at its warm-up (kAtWarmUp, loses_at_warmup())
+  static constexpr uint8_t kByModel = 1, kByWait = 2, kAtWarmUp = 3;
   std::vector<uint8_t> ruled_out_;
   PlanTrial trial_;                      // the trial in progress (inactive: none)
   size_t turn_plan_ = PlanTrial::kNone;  // the trial's plan this step runs (kNone: none)

@@ -7,12 +7,12 @@
 #include "gradwire/core/spec.h"
 
 namespace gradwire::strategy {
-namespace {
 
-// A plan's score factor: 1 + penalty for a plan that compresses, else 1.
 double score_factor(const CodecPlan& plan, double penalty) {
   return plan.compresses ? 1 + penalty : 1.0;
 }
+
+namespace {
 
 // o_r - o_L, where o_q = step_ms[q] - wait_ms[q] is the part of plan q's step that is not
 // waiting for the exchange after backward (compute, and the codec's own encode and decode
@@ -223,6 +223,13 @@ bool cannot_beat(const CodecPlan& p, double step_ms, double wait_ms, double pena
   if (!(step_ms > 0) || !(wait_ms >= 0)) return false;
   const double f = score_factor(p, penalty);
   return f * (step_ms - wait_ms) >= (1 - tie) * step_ms;
+}
+
+bool loses_at_warmup(const CodecPlan& p, double warmup_ms, double predicted_ms, double leader_score,
+                     double penalty) {
+  if (!(warmup_ms > 0) || !(predicted_ms > 0) || !(leader_score > 0)) return false;
+  const double f = score_factor(p, penalty);
+  return f * warmup_ms > (1 + kClearLoss) * leader_score && f * predicted_ms > leader_score;
 }
 
 }  // namespace gradwire::strategy

@@ -41,6 +41,8 @@ std::vector<std::string> codec_plan_names();
 // on a fast link their steps cost the same and fp32 is exact). Returns plans.size() when no
 // plan is allowed.
 inline constexpr double kPlanTie = 0.02;
+// f_p: 1 + penalty for a plan that compresses, else 1.
+double score_factor(const CodecPlan& plan, double penalty);
 size_t choose_plan(std::span<const CodecPlan> plans, std::span<const double> step_ms, bool critical,
                    double penalty, double tie = kPlanTie);
 
@@ -156,5 +158,24 @@ TrialVerdict settle_trial(std::span<const CodecPlan> plans, std::span<const size
 // under backward, no codec is worth a trial step.
 bool cannot_beat(const CodecPlan& p, double step_ms, double wait_ms, double penalty,
                  double tie = kPlanTie);
+
+// Whether plan p, warmed up but with no sample yet, is a clear loser already: its trial's
+// next steps (a lead-in and a sample) would cost more than p could ever win back. With
+// s_L the score of the leader L (choose_plan()'s over the measured running plans), w_p p's
+// warm-up step and x_p its predicted exchange (the cost model's, 0: unknown), p loses at
+// its warm-up when
+//     f_p w_p > (1 + kClearLoss) s_L   and   f_p x_p > s_L,
+// the measurement and the model agreeing: a warm-up bounds p's step from above only
+// loosely (allocations, first factors), so it alone is no verdict, but a step cannot be
+// shorter than the exchange it waits for, so where the model puts p's exchange alone above
+// L's whole step p wins only on a link faster than the model's, and then its warm-up
+// would not lose by a quarter. The prune (adaptive_options.h) rules such a plan out before
+// it warms up only beyond `prune` (2) x the fastest step, where the model alone decides;
+// below it this rule lets one measured step decide. Measured: on cnn-wide at 100 Mbit int8
+// (x 266 ms, 1.9x PowerSGD's 138-154 ms step) ran its warm-up, a lead-in and a sample at
+// 410-442 ms each before it left as a clear loser at its first sample, 0.8 s of the
+// trial (docs/results/e2e-cnn-wide-4hosts-100mbit-same-plan-seeds).
+bool loses_at_warmup(const CodecPlan& p, double warmup_ms, double predicted_ms, double leader_score,
+                     double penalty);
 
 }  // namespace gradwire::strategy
