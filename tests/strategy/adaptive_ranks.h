@@ -71,6 +71,7 @@ class ThrottledCollectives : public ForwardingCollectives {
 struct RankRun {
   std::vector<std::pair<uint64_t, std::string>> decisions;  // (step, plan)
   std::vector<std::string> reasons;                         // and why, for failures
+  std::vector<std::string> inputs_json;                     // and its figures (JSON)
   std::vector<std::string> plan_per_step;                   // the plan each step used
   std::vector<std::vector<float>> params;
   std::vector<float> first_aggregate;  // fc.bias after step 0's exchange
@@ -156,6 +157,7 @@ inline std::vector<RankRun> run_ranks(int world, const RunSettings& settings,
       for (const auto& d : strategy->take_decisions()) {
         run.decisions.emplace_back(d.step, d.plan);
         run.reasons.push_back(d.reason);
+        run.inputs_json.push_back(d.inputs_json);
       }
     }
     run.params = params;

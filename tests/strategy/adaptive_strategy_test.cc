@@ -507,7 +507,13 @@ TEST(AutoTest, AClearLoserTheModelBoundsLeavesAtItsWarmUp) {
     const auto none_steps =
         std::count(runs[r].plan_per_step.begin(), runs[r].plan_per_step.end(), "none");
     EXPECT_EQ(none_steps, decided == 6 ? 1 : 3) << "rank " << r;
-    if (decided == 6) EXPECT_NE(reason.find("lost at its warm-up"), std::string::npos) << reason;
+    if (decided == 6) {
+      // Logged as such, its one step counted.
+      EXPECT_NE(reason.find("lost at its warm-up"), std::string::npos) << reason;
+      const std::string& json = runs[r].inputs_json[0];
+      EXPECT_NE(json.find("\"lost_at_warmup\":[\"none\"]"), std::string::npos) << json;
+      EXPECT_NE(json.find("\"trial_steps\":{\"none\":1,\"fp16\":5}"), std::string::npos) << json;
+    }
     EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
     EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
   }

@@ -276,7 +276,10 @@ void AdaptiveStrategy::begin_trial(std::vector<size_t> plans, std::string why) {
   const auto key = [&](size_t p) { return predicted_ms_[p] > 0 ? predicted_ms_[p] : HUGE_VAL; };
   std::stable_sort(plans.begin(), plans.end(), [&](size_t a, size_t b) { return key(a) < key(b); });
   std::erase_if(plans, [&](size_t p) { return plans_[p] == nullptr; });  // fit, not built
-  for (size_t p : plans) ruled_out_[p] = 0;
+  for (size_t p : plans) {
+    ruled_out_[p] = 0;
+    trial_steps_of_[p] = 0;
+  }
   trial_ = PlanTrial(std::move(plans), options_.plans.size(), std::move(why));
   advance_trial();
 }
@@ -316,11 +319,11 @@ std::vector<TrialFigure> AdaptiveStrategy::agree_figures() {
   if (!agreed.empty()) collectives_.allreduce_max(agreed.data(), agreed.size());
   auto figures = trial_.agree(agreed, std::min<size_t>(3, options_.trial));
   for (size_t p : trial_.running()) {
+    trial_steps_of_[p] = trial_.steps(p);  // a warm-up alone counts too
     if (!(figures[p].step_ms > 0)) continue;
     measured_ms_[p] = figures[p].step_ms;
     noise_ms_[p] = figures[p].noise_ms;
     wait_ms_[p] = figures[p].wait_ms;
-    trial_steps_of_[p] = trial_.steps(p);
   }
   return figures;
 }
