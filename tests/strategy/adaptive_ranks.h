@@ -94,6 +94,8 @@ struct RunSettings {
   std::chrono::milliseconds backward{0};
   std::string quantized_path = "auto";  // AllreduceOptions::quantized_path of the plans
   std::chrono::seconds timeout{20};     // the whole run's bound (run_local_ranks)
+  // As the DDP hook: start() in step 0, after its `compute`, right before its exchange.
+  bool start_in_first_step = false;
 };
 
 // Every rank: `steps` SGD steps on rank-specific Gaussian gradients scaled by
@@ -129,7 +131,7 @@ inline std::vector<RankRun> run_ranks(int world, const RunSettings& settings,
                                                    .link = settings.link});
     auto* adaptive = dynamic_cast<AdaptiveStrategy*>(strategy.get());
     ASSERT_NE(adaptive, nullptr);
-    strategy->start(tensors, param_spans);
+    if (!settings.start_in_first_step) strategy->start(tensors, param_spans);
     RankRun& run = runs[rank];
     auto last_end = std::chrono::steady_clock::now();
     for (int s = 0; s < settings.steps; ++s) {
@@ -137,9 +139,13 @@ inline std::vector<RankRun> run_ranks(int world, const RunSettings& settings,
         for (float& v : g) v = settings.norm_scale(s) * normal(rng);
       }
       if (s == 0 && first_inputs) (*first_inputs)[rank] = grads[1];
+      if (s == 0 && settings.start_in_first_step) {
+        std::this_thread::sleep_for(settings.compute);
+        strategy->start(tensors, param_spans);
+      }
       run.plan_per_step.push_back(adaptive->active_plan().name);
       strategy->set_learning_rate(settings.lr(rank, s));
-      std::this_thread::sleep_for(settings.compute);
+      if (s > 0 || !settings.start_in_first_step) std::this_thread::sleep_for(settings.compute);
       if (settings.hooks) {
         for (size_t k = tensors.size(); k-- > 0;) {
           strategy->gradient_ready(k, grad_spans[k]);

@@ -519,6 +519,34 @@ TEST(AutoTest, AClearLoserTheModelBoundsLeavesAtItsWarmUp) {
   }
 }
 
+TEST(AutoTest, StartedInItsFirstStepAsTheHookStartsItTheFirstExchangeBoundsNothing) {
+  // none and int8 over the simulated 1.25 MB/s link, 200 ms of compute, started as the DDP
+  // hook starts it: in step 0, after its compute, right before its exchange. int8 opens
+  // (steps 0-2); timed from start(), its first step would be its exchange alone (about
+  // 105 ms), and none's predicted exchange (about 420 ms) is beyond twice that: the prune
+  // would rule none out unrun. Untimed, the bound is int8's sample (about 305 ms): none
+  // warms up (step 5, after int8's turn) and leaves there (about 620 ms, its exchange
+  // predicted above int8's step: loses_at_warmup()), or, where a loaded machine stretches
+  // int8's step past none's predicted exchange, after its first sample (3 steps).
+  RunSettings settings = none_or_fp16_job(12);
+  settings.codec = "auto:window=100,trial=5,plans=none/int8";
+  settings.compute = 200ms;
+  settings.start_in_first_step = true;
+  const auto runs = run_ranks(2, settings);
+  for (int r = 0; r < 2; ++r) {
+    ASSERT_EQ(runs[r].decisions.size(), 1u) << "rank " << r;
+    const std::string& reason = runs[r].reasons[0];
+    EXPECT_EQ(runs[r].decisions[0].second, "int8") << reason;
+    EXPECT_EQ(reason.find("ruled out by the model"), std::string::npos) << reason;
+    const auto none_steps =
+        std::count(runs[r].plan_per_step.begin(), runs[r].plan_per_step.end(), "none");
+    EXPECT_TRUE(none_steps == 1 || none_steps == 3) << "rank " << r << ": " << none_steps;
+    if (none_steps == 1) EXPECT_NE(reason.find("lost at its warm-up"), std::string::npos) << reason;
+    EXPECT_EQ(runs[r].decisions, runs[0].decisions) << "rank " << r;
+    EXPECT_EQ(runs[r].params, runs[0].params) << "rank " << r;
+  }
+}
+
 TEST(AutoTest, APlanFitBuiltComesBackFromACheckpoint) {
   // Two ranks run the scenario above for 20 steps (int8, none, fit measured, then chosen),
   // save, and a fresh strategy on each rank loads it: the same plan, fit's policy, and the

@@ -95,9 +95,17 @@ void AdaptiveStrategy::start(std::span<const compress::TensorInfo> tensors,
   const bool some_exact = std::any_of(options_.plans.begin(), options_.plans.end(),
                                       [](const CodecPlan& p) { return !p.compresses; });
   dense_steps_ = some_exact ? options_.dense : 0;
-  // The first step is timed from here: longer than a step (it holds whatever the caller
-  // does before its first backward), it is only ever a warm-up, an upper bound.
-  last_end_ = Clock::now();
+  // The first step is not timed (its step_ms is 0: the opener's warm-up bounds nothing).
+  // A caller may start the strategy anywhere before it: DistributedOptimizer before the
+  // first forward, the DDP hook (ddp_comm_hook.h) in the first step's last bucket, right
+  // before its synchronize(); timed from here, that step would be an exchange alone, far
+  // shorter than a step, and the prune, which takes a warm-up for an upper bound of its
+  // plan's step, would rule plans out against it (the hook's `auto` ruled out int8 on
+  // cnn-wide at 100 Mbit against PowerSGD's first exchange, before int8 had run a step:
+  // docs/results/e2e-cnn-wide-4hosts-100mbit-hook-warmup-rule-seeds). (A resume is timed
+  // from load_state(), a sample the trial needs; the hook loads in its first step too, so
+  // that step after a resume there is an exchange alone: not corrected.)
+  last_end_.reset();
   if (options_.mode == AdaptiveOptions::Mode::kAuto && world == 1) {
     // Nothing goes over a wire: the most faithful plan that is built, measured never.
     size_t plan = 0;

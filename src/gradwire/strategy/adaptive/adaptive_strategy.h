@@ -7,7 +7,9 @@
 //     second measured (plan_trial.h: the first pays what the previous plan's step left
 //     behind); a step's time is the wall time between two synchronize() returns
 //     (forward, backward, the exchange not hidden by backward, the optimizer step: what
-//     the user waits for). Each plan's first step in a trial warms it up. The first plan
+//     the user waits for; the first step after start() is not timed, since a caller may
+//     start the strategy within it, as the DDP hook does). Each plan's first step in a trial
+//     warms it up. The first plan
 //     opens the trial alone (its warm-up, a lead-in and a sample), and the model rules out
 //     against that sample before any other plan warms up; each warm-up after it rules out
 //     at once too (an agreement of the figures after the step). The trial's
