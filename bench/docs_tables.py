@@ -128,7 +128,9 @@ for _folder in ("e2e-gpt-4hosts-10mbit-sparseloco-tuning-seeds",
                 "e2e-gpt-4hosts-100mbit-sparseloco-auto-reported-seeds",
                 "e2e-gpt-4hosts-10mbit-sparseloco-auto-seed101",
                 "e2e-gpt-4hosts-10gbit-hook-numerics-seeds",
-                "e2e-gpt-4hosts-10gbit-hook-powersgd-q-seeds"):
+                "e2e-gpt-4hosts-10gbit-hook-powersgd-q-seeds",
+                "e2e-gpt-4hosts-100mbit-hook-warmup-rule-seeds",
+                "e2e-gpt-4hosts-100mbit-warmup-rule-seeds"):
     GENERATORS[_folder + "/crossing-steps.md"] = ["e2e/crossings.py", ".", "--steps"] + GPT_LOSSES
 # And cnn-wide's runs, each accuracy of CNN_WIDE_ACCURACIES.
 for _folder in ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds",
@@ -141,7 +143,9 @@ for _folder in ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds",
                 "e2e-cnn-wide-4hosts-100mbit-sparseloco-auto-seed100",
                 "e2e-cnn-wide-4hosts-10mbit-sparseloco-auto-seed101",
                 "e2e-cnn-wide-4hosts-100mbit-same-plan-seeds",
-                "e2e-cnn-wide-4hosts-100mbit-sparseloco-auto-reported-seeds"):
+                "e2e-cnn-wide-4hosts-100mbit-sparseloco-auto-reported-seeds",
+                "e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds",
+                "e2e-cnn-wide-4hosts-100mbit-hook-warmup-rule-seeds"):
     GENERATORS[_folder + "/crossing-steps.md"] = [
         "e2e/crossings.py", ".", "--steps"] + CNN_WIDE_ACCURACIES
 # RESULTS.md's first page (bench/results_summary.py): per link, the default against DDP's
@@ -195,6 +199,10 @@ LATE_QUALITY = {
     "e2e-cnn-wide-4hosts-10mbit-sparseloco-auto-seed101": 531,
     "e2e-gpt-4hosts-10mbit-sparseloco-auto-seed101": 672,
     "e2e-gpt-4hosts-100mbit-hook-start2-seeds": 288,
+    "e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds": 531,
+    "e2e-gpt-4hosts-100mbit-hook-warmup-rule-seeds": 288,
+    "e2e-cnn-wide-4hosts-100mbit-hook-warmup-rule-seeds": 531,
+    "e2e-gpt-4hosts-100mbit-warmup-rule-seeds": 288,
 }
 for _folder, _from_step in LATE_QUALITY.items():
     GENERATORS[_folder + "/late_quality.md"] = ["e2e/late_quality.py", ".", str(_from_step)]

@@ -48,11 +48,12 @@ LINKS = [
     ]),
     ("100mbit", "100 Mbit/s", [
         ("e2e-cnn-4hosts-100mbit-open-seeds", "auto", "C++, auto"),
-        ("e2e-cnn-wide-4hosts-100mbit-open-seeds", "auto", "C++, auto"),
-        ("e2e-cnn-wide-4hosts-100mbit-hook-open-seeds", "ddp:gradwire-auto",
+        ("e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds", "auto", "C++, auto"),
+        ("e2e-cnn-wide-4hosts-100mbit-hook-warmup-rule-seeds", "ddp:gradwire-auto",
          "Python hook, auto"),
-        ("e2e-gpt-4hosts-100mbit-open-seeds", "auto", "C++, auto"),
-        ("e2e-gpt-4hosts-100mbit-hook-open-seeds", "ddp:gradwire-auto", "Python hook, auto"),
+        ("e2e-gpt-4hosts-100mbit-warmup-rule-seeds", "auto", "C++, auto"),
+        ("e2e-gpt-4hosts-100mbit-hook-warmup-rule-seeds", "ddp:gradwire-auto",
+         "Python hook, auto"),
     ]),
     ("1gbit", "1 Gbit/s", [
         ("e2e-cnn-4hosts-1gbit-owntime-seeds", "auto", "C++, auto"),

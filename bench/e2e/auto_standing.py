@@ -25,16 +25,16 @@ from result_tables import header
 # (folder, what the row is); the hook's rows compare the hook's configurations only.
 MATRICES = [
     ("e2e-cnn-4hosts-100mbit-open-seeds", "C++"),
-    ("e2e-cnn-wide-4hosts-100mbit-open-seeds", "C++"),
-    ("e2e-gpt-4hosts-100mbit-open-seeds", "C++"),
+    ("e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds", "C++, clear losers at their warm-up"),
+    ("e2e-gpt-4hosts-100mbit-warmup-rule-seeds", "C++, clear losers at their warm-up"),
     ("e2e-cnn-wide-4hosts-1gbit-clearloss-seeds", "C++, clear losers at a quarter"),
     ("e2e-cnn-4hosts-1gbit-owntime-seeds", "C++, own-time cost model"),
     ("e2e-gpt-4hosts-1gbit-open-seeds", "C++"),
     ("e2e-cnn-4hosts-10gbit-3epochs-open-seeds", "C++"),
     ("e2e-cnn-wide-4hosts-10gbit-open-seeds", "C++"),
     ("e2e-gpt-4hosts-10gbit-open-ftz-seeds", "C++, flush-to-zero"),
-    ("e2e-cnn-wide-4hosts-100mbit-hook-open-seeds", "DDP hook"),
-    ("e2e-gpt-4hosts-100mbit-hook-open-seeds", "DDP hook"),
+    ("e2e-cnn-wide-4hosts-100mbit-hook-warmup-rule-seeds", "DDP hook, 4c0d5aa"),
+    ("e2e-gpt-4hosts-100mbit-hook-warmup-rule-seeds", "DDP hook, 4c0d5aa"),
 ]
 
 

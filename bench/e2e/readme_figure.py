@@ -8,7 +8,7 @@ default), one line per seed, from the committed output of `gradwire bench e2e`
 
     readme_figure.py [FOLDER [OUT.png [CONFIG]]]
 
-FOLDER defaults to docs/results/e2e-cnn-wide-4hosts-100mbit-open-seeds, OUT to
+FOLDER defaults to docs/results/e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds, OUT to
 docs/figures/time_to_accuracy.png, CONFIG (the gradwire configuration, as its name starts)
 to auto; paths relative to the repository. The machine noted on the figure is the one
 bench/headline_table.py's ROWS gives the folder. docs/figures/command.txt holds the command
@@ -25,12 +25,13 @@ sys.path.insert(0, os.path.dirname(HERE))
 import plot_e2e  # noqa: E402
 from headline_table import ROWS  # noqa: E402
 
-FOLDER = "docs/results/e2e-cnn-wide-4hosts-100mbit-open-seeds"
+FOLDER = "docs/results/e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds"
 OUT = "docs/figures/time_to_accuracy.png"
 # The machines of headline_table.py's ROWS (seconds compare within a machine only).
 MACHINES = {1: "machine 1 (2 cores)",
             2: "machine 2 (2 cores, AMD EPYC)",
-            3: "machine 3 (2 cores, AMD EPYC)"}
+            3: "machine 3 (2 cores, AMD EPYC)",
+            4: "machine 4 (2 cores, Intel Xeon)"}
 HOSTS = {row[0]: row[1] for row in ROWS}
 
 

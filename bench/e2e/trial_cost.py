@@ -23,11 +23,18 @@ import sys
 from auto_standing import MATRICES
 from result_tables import events, header
 
-# The clear-loser margin (codec_plan.h's kClearLoss) each matrix's build ran with: a half
-# before 58e15a9, a quarter since; and the matrices of the standing table's rows before
-# their re-runs, kept here for the comparison.
-QUARTER = {"e2e-cnn-wide-4hosts-1gbit-clearloss-seeds"}
-BEFORE = {"e2e-cnn-wide-4hosts-1gbit-open-seeds": "e2e-cnn-wide-4hosts-1gbit-clearloss-seeds"}
+# The clear-loser rule (codec_plan.h's kClearLoss) each matrix's build ran with: at the
+# first sample by a half before 58e15a9, by a quarter since, and from 4c0d5aa also at the
+# warm-up where the model puts the exchange alone above the leader's step
+# (loses_at_warmup()); and the matrices of the standing table's rows before their re-runs,
+# kept here for the comparison.
+MARGIN = {"e2e-cnn-wide-4hosts-1gbit-clearloss-seeds": "a quarter",
+          "e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds": "a quarter, and at the warm-up",
+          "e2e-gpt-4hosts-100mbit-warmup-rule-seeds": "a quarter, and at the warm-up"}
+BEFORE = {"e2e-cnn-wide-4hosts-1gbit-open-seeds": "e2e-cnn-wide-4hosts-1gbit-clearloss-seeds",
+          "e2e-cnn-wide-4hosts-100mbit-open-seeds":
+              "e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds",
+          "e2e-gpt-4hosts-100mbit-open-seeds": "e2e-gpt-4hosts-100mbit-warmup-rule-seeds"}
 
 
 def first_decision(path):
@@ -69,7 +76,7 @@ def rows_of(root, folder):
         t_c = ms.get(chosen) or 0
         cost_ms = sum(n.get(p, 0) * max(0.0, (ms.get(p) or 0) - t_c) for p in n if p != chosen)
         steps = " / ".join(f"{p} {n[p]} x {ms.get(p) or 0:.0f}" for p in n if n[p])
-        margin = "a quarter" if folder in QUARTER else "a half"
+        margin = MARGIN.get(folder, "a half")
         cells = [r["model"], r["bandwidth"], r["seed"], margin, f"{chosen} at {step}", steps,
                  f"{cost_ms / 1e3:.2f}"]
         fixed = fixed_config(chosen, configs)
