@@ -6,7 +6,8 @@ median of its measured steps) the trial's cost as the trial's own figures put it
 
     trial cost = sum over the plans p not chosen of  n_p x max(0, t_p - t_c)
 
-(n_p the steps p ran in the trial, t_p its median step, t_c the chosen plan's), and, where
+(n_p the steps p ran in the trial, t_p its median step, t_c the chosen plan's; a plan that
+left at its warm-up has no median and counts nothing here), and, where
 the same matrix ran the chosen plan fixed in the same seed, what the clock says: `auto`'s
 training time less that run's at the first evaluation after the choice, and at the end.
 Their difference is what the trial's medians do not account for (a plan's first steps and
@@ -75,7 +76,9 @@ def rows_of(root, folder):
         ms, n = d.get("step_ms", {}), d.get("trial_steps", {})
         t_c = ms.get(chosen) or 0
         cost_ms = sum(n.get(p, 0) * max(0.0, (ms.get(p) or 0) - t_c) for p in n if p != chosen)
-        steps = " / ".join(f"{p} {n[p]} x {ms.get(p) or 0:.0f}" for p in n if n[p])
+        # A plan that left at its warm-up has steps and no median.
+        steps = " / ".join(f"{p} {n[p]} x {ms[p]:.0f}" if ms.get(p) else f"{p} {n[p]} (warm-up)"
+                           for p in n if n[p])
         margin = MARGIN.get(folder, "a half")
         cells = [r["model"], r["bandwidth"], r["seed"], margin, f"{chosen} at {step}", steps,
                  f"{cost_ms / 1e3:.2f}"]
