@@ -145,7 +145,8 @@ for _folder in ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds",
                 "e2e-cnn-wide-4hosts-100mbit-same-plan-seeds",
                 "e2e-cnn-wide-4hosts-100mbit-sparseloco-auto-reported-seeds",
                 "e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds",
-                "e2e-cnn-wide-4hosts-100mbit-hook-warmup-rule-seeds"):
+                "e2e-cnn-wide-4hosts-100mbit-hook-warmup-rule-seeds",
+                "e2e-cnn-4hosts-100mbit-warmup-rule-seeds"):
     GENERATORS[_folder + "/crossing-steps.md"] = [
         "e2e/crossings.py", ".", "--steps"] + CNN_WIDE_ACCURACIES
 # RESULTS.md's first page (bench/results_summary.py): per link, the default against DDP's
@@ -203,6 +204,7 @@ LATE_QUALITY = {
     "e2e-gpt-4hosts-100mbit-hook-warmup-rule-seeds": 288,
     "e2e-cnn-wide-4hosts-100mbit-hook-warmup-rule-seeds": 531,
     "e2e-gpt-4hosts-100mbit-warmup-rule-seeds": 288,
+    "e2e-cnn-4hosts-100mbit-warmup-rule-seeds": 531,
 }
 for _folder, _from_step in LATE_QUALITY.items():
     GENERATORS[_folder + "/late_quality.md"] = ["e2e/late_quality.py", ".", str(_from_step)]

@@ -27,7 +27,7 @@ import plot_e2e  # noqa: E402
 # 67148ca's (the same with 682879a's own-time term in the cost model), cnn-wide at 1 Gbit's
 # 58e15a9's (clear losers also at a quarter of the leader's score).
 ROWS = [
-    ("e2e-cnn-4hosts-100mbit-open-seeds", 4, "auto", "auto (the default)", 3),
+    ("e2e-cnn-4hosts-100mbit-warmup-rule-seeds", 4, "auto", "auto (the default)", 4),
     ("e2e-cnn-wide-4hosts-1gbit-clearloss-seeds", 4, "auto", "auto (the default)", 4),
     ("e2e-cnn-4hosts-1gbit-owntime-seeds", 4, "auto", "auto (the default)", 4),
     ("e2e-gpt-4hosts-1gbit-open-seeds", 4, "auto", "auto (the default)", 3),

@@ -47,7 +47,7 @@ LINKS = [
          "DiLoCo, 4-bit, auto H"),
     ]),
     ("100mbit", "100 Mbit/s", [
-        ("e2e-cnn-4hosts-100mbit-open-seeds", "auto", "C++, auto"),
+        ("e2e-cnn-4hosts-100mbit-warmup-rule-seeds", "auto", "C++, auto"),
         ("e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds", "auto", "C++, auto"),
         ("e2e-cnn-wide-4hosts-100mbit-hook-warmup-rule-seeds", "ddp:gradwire-auto",
          "Python hook, auto"),

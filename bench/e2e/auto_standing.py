@@ -24,7 +24,7 @@ from result_tables import header
 
 # (folder, what the row is); the hook's rows compare the hook's configurations only.
 MATRICES = [
-    ("e2e-cnn-4hosts-100mbit-open-seeds", "C++"),
+    ("e2e-cnn-4hosts-100mbit-warmup-rule-seeds", "C++, clear losers at their warm-up"),
     ("e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds", "C++, clear losers at their warm-up"),
     ("e2e-gpt-4hosts-100mbit-warmup-rule-seeds", "C++, clear losers at their warm-up"),
     ("e2e-cnn-wide-4hosts-1gbit-clearloss-seeds", "C++, clear losers at a quarter"),

@@ -31,11 +31,13 @@ from result_tables import events, header
 # kept here for the comparison.
 MARGIN = {"e2e-cnn-wide-4hosts-1gbit-clearloss-seeds": "a quarter",
           "e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds": "a quarter, and at the warm-up",
-          "e2e-gpt-4hosts-100mbit-warmup-rule-seeds": "a quarter, and at the warm-up"}
+          "e2e-gpt-4hosts-100mbit-warmup-rule-seeds": "a quarter, and at the warm-up",
+          "e2e-cnn-4hosts-100mbit-warmup-rule-seeds": "a quarter, and at the warm-up"}
 BEFORE = {"e2e-cnn-wide-4hosts-1gbit-open-seeds": "e2e-cnn-wide-4hosts-1gbit-clearloss-seeds",
           "e2e-cnn-wide-4hosts-100mbit-open-seeds":
               "e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds",
-          "e2e-gpt-4hosts-100mbit-open-seeds": "e2e-gpt-4hosts-100mbit-warmup-rule-seeds"}
+          "e2e-gpt-4hosts-100mbit-open-seeds": "e2e-gpt-4hosts-100mbit-warmup-rule-seeds",
+          "e2e-cnn-4hosts-100mbit-open-seeds": "e2e-cnn-4hosts-100mbit-warmup-rule-seeds"}
 
 
 def first_decision(path):
