@@ -13,8 +13,10 @@ What is generated, and from what:
   the files of GENERATORS     each by its own script from its raw files
   **/PREFIXsummary.md         beside a PREFIXruns.jsonl: the summary of the step-time or
                               overlap script (bench/e2e/*_summary.py) that wrote both
-  docs/RESULTS.md             from docs/results/RESULTS.md.in, whose directive lines
-                              (alone on a line) expand as follows, FOLDER under docs/results:
+  docs/NAME.md                from each template docs/results/NAME.md.in (RESULTS.md, the
+                              answer first, and its topic pages RESULTS_*.md), whose
+                              directive lines (alone on a line) expand as follows, FOLDER
+                              under docs/results:
       @command FOLDER         FOLDER/command.txt, as a shell block
       @tables FOLDER          FOLDER's tables (plot_e2e.py's results.md)
       @verdicts FOLDER        per gradwire configuration and table: its training time over
@@ -47,6 +49,11 @@ import sys
 HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.join(HERE, "e2e"))
 import plot_e2e  # noqa: E402
+
+# The results pages' templates under docs/results, each making docs/ its name less ".in":
+# the answer first (RESULTS.md), then the topic pages it links.
+RESULT_PAGES = ["RESULTS.md.in", "RESULTS_AUTO.md.in", "RESULTS_PER_STEP.md.in",
+                "RESULTS_DILOCO.md.in", "RESULTS_HOOK.md.in", "RESULTS_EARLIER.md.in"]
 
 # Tables made by a script of their own: the file (under docs/results) -> the script (under
 # bench/, or "./NAME" in the file's folder) and its arguments. It runs in the file's folder
@@ -153,8 +160,8 @@ for _folder in ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds",
 # best configuration, from the matrices it names; and its list of the template's sections.
 for _link in ("10mbit", "100mbit", "1gbit", "10gbit"):
     GENERATORS[f"results-summary/{_link}.md"] = ["results_summary.py", "..", _link]
-GENERATORS["results-summary/contents.md"] = ["results_summary.py", "--contents",
-                                             "../RESULTS.md.in"]
+GENERATORS["results-summary/contents.md"] = ["results_summary.py", "--contents"] + [
+    "../" + name for name in RESULT_PAGES]
 GENERATORS["quantized-paths-8ranks/results.md"] = [
     "scaling/fit_scaling.py", "--rate", "100mbit", "--out", "-"] + [
     f"run{r}/world-{w}.jsonl" for r in (1, 2, 3) for w in (2, 4, 8)]
@@ -346,10 +353,11 @@ def verdict_lines(folder):
     return "\n".join(lines) + "\n"
 
 
-def results_page(root, files):
+def results_page(root, files, template):
+    """docs/NAME.md from docs/results/NAME.md.in (`template`), its directives expanded."""
     results = os.path.join(root, "docs", "results")
     out = []
-    with open(os.path.join(results, "RESULTS.md.in")) as f:
+    with open(os.path.join(results, template)) as f:
         template = f.read().splitlines(keepends=True)
     for line in template:
         words = line.split()
@@ -365,11 +373,11 @@ def results_page(root, files):
                 with open(path) as f:
                     out.append(f.read())
             else:
-                raise SystemExit(f"docs_tables: RESULTS.md.in names {name}, not in docs/results")
+                raise SystemExit(f"docs_tables: {template} names {name}, not in docs/results")
             continue
         folder = os.path.join(results, name)
         if not os.path.isdir(folder):
-            raise SystemExit(f"docs_tables: RESULTS.md.in names {name}, not in docs/results")
+            raise SystemExit(f"docs_tables: {template} names {name}, not in docs/results")
         if directive == "@command":
             with open(os.path.join(folder, "command.txt")) as f:
                 out.append("```sh\n" + f.read().rstrip("\n") + "\n```\n")
@@ -382,7 +390,7 @@ def results_page(root, files):
             out.append(f"![accuracy against training time](results/{name}/accuracy_vs_time.png)\n"
                        f"\n![time to the plateau accuracy](results/{name}/time_to_target.png)\n")
         else:
-            raise SystemExit(f"docs_tables: unknown directive {directive} in RESULTS.md.in")
+            raise SystemExit(f"docs_tables: unknown directive {directive} in {template}")
     return "".join(out)
 
 
@@ -413,7 +421,9 @@ def expected(root):
             raise SystemExit(f"docs_tables: {os.path.relpath(path, root)} is made by no "
                              "generator: add it to GENERATORS (its script and raw data) or "
                              "remove it")
-    files[os.path.join(root, "docs", "RESULTS.md")] = results_page(root, files)
+    for template in RESULT_PAGES:
+        files[os.path.join(root, "docs", template[:-len(".in")])] = results_page(
+            root, files, template)
     # Quotes last: they may quote a file generated above, as it will be.
     for path in [os.path.join(root, "README.md")] + sorted(
             glob.glob(os.path.join(root, "docs", "*.md"))):

@@ -6,8 +6,10 @@ committed matrices (docs/results/<folder>/results.csv and the runs it names).
     results_summary.py ROOT LINK            print LINK's table (10mbit, 100mbit, 1gbit,
                                             10gbit); ROOT is docs/results (docs_tables.py
                                             runs it in docs/results/results-summary: ..)
-    results_summary.py --contents TEMPLATE  print a contents list of TEMPLATE's "## "
-                                            sections, each a link to its anchor
+    results_summary.py --contents TEMPLATE [TEMPLATE ...]
+                                            print a contents list of the templates' "## "
+                                            sections, each a link to its anchor (the
+                                            first template's on its own page)
     results_summary.py --figures ROOT OUTDIR
                                             draw OUTDIR/results_LINK.png for every link
 
@@ -178,11 +180,12 @@ def slug(heading, seen):
     return text if n == 0 else f"{text}-{n}"
 
 
-def contents(template):
-    """A Markdown list of the template's "## " sections (outside code blocks), linked. The
-    anchors count repeats over the template's headings of every level; the tables that
-    @tables expands carry "#### " headings of their own, none of which repeats a "## "."""
-    lines, seen, fenced = [], {}, False
+def sections(template):
+    """(the page's "# " title, [(its "## " section, anchor)]) of a template, outside code
+    blocks. The anchors count repeats over the template's headings of every level; the
+    tables that @tables expands carry "#### " headings of their own, none of which repeats
+    a "## "."""
+    title, found, seen, fenced = None, [], {}, False
     with open(template) as f:
         for line in f:
             if line.startswith("```"):
@@ -190,10 +193,26 @@ def contents(template):
             level = len(line) - len(line.lstrip("#"))
             if fenced or not 1 <= level <= 6 or line[level:level + 1] != " ":
                 continue
-            title = line[level:].strip()
-            anchor = slug(title, seen)
-            if level == 2:
-                lines.append(f"- [{title.replace('[', '(').replace(']', ')')}](#{anchor})")
+            heading = line[level:].strip()
+            anchor = slug(heading, seen)
+            if level == 1 and title is None:
+                title = heading
+            elif level == 2:
+                found.append((heading.replace("[", "(").replace("]", ")"), anchor))
+    return title, found
+
+
+def contents(templates):
+    """A Markdown list of the results pages' "## " sections, linked: the first template's
+    (the page that holds the list) by anchor, then each further page, named by its title,
+    with its sections as PAGE.md#anchor (a template NAME.md.in makes docs/NAME.md)."""
+    _, own = sections(templates[0])
+    lines = [f"- [{heading}](#{anchor})" for heading, anchor in own]
+    for template in templates[1:]:
+        page = os.path.basename(template)[:-len(".in")]
+        title, found = sections(template)
+        lines.append(f"- [{title}]({page})")
+        lines += [f"  - [{heading}]({page}#{anchor})" for heading, anchor in found]
     return "\n".join(lines)
 
 
@@ -266,8 +285,8 @@ def figures(root, outdir):
 
 
 def main(argv):
-    if len(argv) == 2 and argv[0] == "--contents":
-        print(contents(argv[1]))
+    if len(argv) >= 2 and argv[0] == "--contents":
+        print(contents(argv[1:]))
     elif len(argv) == 3 and argv[0] == "--figures":
         figures(argv[1], argv[2])
     elif len(argv) == 2 and not argv[0].startswith("-"):
