@@ -57,7 +57,11 @@ size_t choose_plan(std::span<const CodecPlan> plans, std::span<const double> ste
   for (size_t p = 0; p < plans.size() && p < step_ms.size(); ++p) {
     if (!(step_ms[p] > 0) || (critical && plans[p].compresses)) continue;
     const double score = step_ms[p] * score_factor(plans[p], penalty);
-    if (best == plans.size() || score < best_score * (1 - tie)) {
+    // The tie only between plans priced alike: where the factors differ, the penalty
+    // prices the quality and the smaller score wins.
+    const bool alike = best == plans.size() ||
+                       score_factor(plans[p], penalty) == score_factor(plans[best], penalty);
+    if (best == plans.size() || score < best_score * (alike ? 1 - tie : 1.0)) {
       best = p;
       best_score = score;
     }

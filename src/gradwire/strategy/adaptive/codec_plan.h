@@ -37,8 +37,14 @@ std::vector<std::string> codec_plan_names();
 //     score_p = step_ms_p                   otherwise,
 // over the plans allowed now (measured, step_ms_p > 0, and not compressing when
 // `critical`). A later plan must beat an earlier one's score by more than `tie` (relative)
-// to be chosen, so plans are listed from the most to the least faithful (none before fp16:
-// on a fast link their steps cost the same and fp32 is exact). Returns plans.size() when no
+// to be chosen where the two are priced alike (the same factor: none, fp16 and int8, or any
+// two plans at penalty 0), so plans are listed from the most to the least faithful (none
+// before fp16: on a fast link their steps cost the same and fp32 is exact). Where one
+// compresses and the other does not, the penalty already prices the quality the tie would
+// protect, and the smaller score wins: a tie on top charged PowerSGD twice, and within it
+// `auto` kept int8 where the cost model scored PowerSGD 1.9% less (cnn-wide at 1 Gbit,
+// where int8 then trained 1.28x fixed PowerSGD's time,
+// docs/results/e2e-cnn-wide-4hosts-1gbit-warmup-rule-seeds). Returns plans.size() when no
 // plan is allowed.
 inline constexpr double kPlanTie = 0.02;
 // f_p: 1 + penalty for a plan that compresses, else 1.
