@@ -460,8 +460,7 @@ TEST(SettleTrialTest, BetweenPlansPricedApartTheSmallerScoreWinsWithoutATie) {
   const auto plans = four_plans();
   const TrialLimits limits{.min_samples = 5, .max_samples = 20, .penalty = 0.096};
   const std::vector<double> ms = {184.1, 184.5, 147.8, 128.2}, noise = {0, 0, 5.6, 6.9},
-                            wait = {110.0, 149.2, 74.6, 52.3},
-                            predicted = {105.1, 53.9, 28.3, 3.8};
+                            wait = {110.0, 149.2, 74.6, 52.3}, predicted = {105.1, 53.9, 28.3, 3.8};
   TrialVerdict v = settle_trial(plans, std::vector<size_t>{2, 3}, {}, ms, noise, wait, no_pending,
                                 predicted, 5, false, limits);
   EXPECT_TRUE(v.finished);
