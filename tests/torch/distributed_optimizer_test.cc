@@ -283,6 +283,12 @@ TEST(DistributedOptimizerTest, AutoUnderAdamRunsPowerSgdAtTheRankThatConverges) 
                              {.compressor = "auto:rank=4"});
     EXPECT_EQ(rank_of(opt.codec_spec()), "rank=4") << opt.codec_spec();
   }
+  {
+    // Plans given, no rank: the rank that converges under AdamW still.
+    DistributedOptimizer opt(solo_context(), torch::optim::AdamW(net.parameters()), net,
+                             {.compressor = "auto:plans=int8/powersgd"});
+    EXPECT_EQ(rank_of(opt.codec_spec()), adam_rank) << opt.codec_spec();
+  }
   // The penalty and the dense start under Adam's family are kPerCoordinatePenalty (0: rank
   // 16 needed no more steps than fp32 on gpt) and kPerCoordinateDense (PowerSGD from the
   // first step stalled gpt), unless given; under SGD the defaults (the CNNs' penalty, no

@@ -25,7 +25,7 @@ std::string codec_for_per_coordinate_optimizer(const std::string& codec) {
   if (!is_adaptive_codec(codec)) return codec;
   Spec spec = Spec::parse(codec);
   if (spec.name != "auto") return codec;
-  if (!spec.params.count("plans") && !spec.params.count("rank")) {
+  if (!spec.params.count("rank")) {
     spec.params["rank"] = std::to_string(kPerCoordinateRank);
   }
   if (!spec.params.count("penalty")) {
