@@ -32,11 +32,10 @@ std::string codec_or_default(const std::string& codec, const std::string& strate
 // The codec for a job whose optimizer scales each coordinate by statistics of its own
 // gradient (Adam, AdamW, RMSprop, Adagrad): `codec` itself, except `auto`: auto with no
 // rank given runs its PowerSGD plan at kPerCoordinateRank (with its plans given too: before,
-// `auto:plans=powersgd` under AdamW ran rank 8: on gpt at 100 Mbit one tuning seed of four
-// stalled at loss 3.07 at step 32 and ended at 2.40, and three of four ended above fixed
-// rank 16's loss, docs/results/e2e-gpt-4hosts-100mbit-tuning-quality-seeds), auto with no
-// penalty
-// given charges kPerCoordinatePenalty, and auto with no dense start given runs
+// `auto:plans=powersgd` under AdamW ran rank 8: on gpt at 100 Mbit one tuning seed of three
+// stalled at loss 3.07 at step 32 and ended at 2.40, the other two ended 0.06 and 0.11
+// above fixed rank 16's loss, docs/results/e2e-gpt-4hosts-100mbit-tuning-quality-seeds),
+// auto with no penalty given charges kPerCoordinatePenalty, and auto with no dense start given runs
 // kPerCoordinateDense dense steps first. Error feedback assumes the optimizer is
 // linear in the gradient; under Adam a residual fed back later makes step sizes of its
 // own. On gpt with AdamW (3 seeds, docs/results/gpt-adamw-codecs) rank 4 ended 15-19%
