@@ -137,7 +137,9 @@ for _folder in ("e2e-gpt-4hosts-10mbit-sparseloco-tuning-seeds",
                 "e2e-gpt-4hosts-10gbit-hook-numerics-seeds",
                 "e2e-gpt-4hosts-10gbit-hook-powersgd-q-seeds",
                 "e2e-gpt-4hosts-100mbit-hook-warmup-rule-seeds",
-                "e2e-gpt-4hosts-100mbit-warmup-rule-seeds"):
+                "e2e-gpt-4hosts-100mbit-warmup-rule-seeds",
+                "e2e-gpt-4hosts-1gbit-warmup-rule-seeds",
+                "e2e-gpt-4hosts-100mbit-seed1-ftz"):
     GENERATORS[_folder + "/crossing-steps.md"] = ["e2e/crossings.py", ".", "--steps"] + GPT_LOSSES
 # And cnn-wide's runs, each accuracy of CNN_WIDE_ACCURACIES.
 for _folder in ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds",
@@ -156,6 +158,12 @@ for _folder in ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds",
                 "e2e-cnn-4hosts-100mbit-warmup-rule-seeds"):
     GENERATORS[_folder + "/crossing-steps.md"] = [
         "e2e/crossings.py", ".", "--steps"] + CNN_WIDE_ACCURACIES
+# cnn-wide's one-epoch runs (1 and 10 Gbit), at 85% and 86%: the epoch ends near 86%.
+for _folder in ("e2e-cnn-wide-4hosts-10gbit-warmup-rule-seeds",
+                "e2e-cnn-wide-4hosts-1gbit-warmup-rule-seeds",
+                "e2e-cnn-wide-4hosts-1gbit-tie-rule-seeds"):
+    GENERATORS[_folder + "/crossing-steps.md"] = ["e2e/crossings.py", ".", "--steps", "0.85",
+                                                  "0.86"]
 # RESULTS.md's first page (bench/results_summary.py): per link, the default against DDP's
 # best configuration, from the matrices it names; and its list of the template's sections.
 for _link in ("10mbit", "100mbit", "1gbit", "10gbit"):
@@ -212,6 +220,7 @@ LATE_QUALITY = {
     "e2e-cnn-wide-4hosts-100mbit-hook-warmup-rule-seeds": 531,
     "e2e-gpt-4hosts-100mbit-warmup-rule-seeds": 288,
     "e2e-cnn-4hosts-100mbit-warmup-rule-seeds": 531,
+    "e2e-gpt-4hosts-1gbit-warmup-rule-seeds": 288,
 }
 for _folder, _from_step in LATE_QUALITY.items():
     GENERATORS[_folder + "/late_quality.md"] = ["e2e/late_quality.py", ".", str(_from_step)]

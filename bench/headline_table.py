@@ -28,11 +28,11 @@ import plot_e2e  # noqa: E402
 # 58e15a9's (clear losers also at a quarter of the leader's score).
 ROWS = [
     ("e2e-cnn-4hosts-100mbit-warmup-rule-seeds", 4, "auto", "auto (the default)", 4),
-    ("e2e-cnn-wide-4hosts-1gbit-clearloss-seeds", 4, "auto", "auto (the default)", 4),
+    ("e2e-cnn-wide-4hosts-1gbit-tie-rule-seeds", 4, "auto", "auto (the default)", 4),
     ("e2e-cnn-4hosts-1gbit-owntime-seeds", 4, "auto", "auto (the default)", 4),
-    ("e2e-gpt-4hosts-1gbit-open-seeds", 4, "auto", "auto (the default)", 3),
+    ("e2e-gpt-4hosts-1gbit-warmup-rule-seeds", 4, "auto", "auto (the default)", 4),
     ("e2e-cnn-4hosts-10gbit-3epochs-open-seeds", 4, "auto", "auto (the default)", 3),
-    ("e2e-cnn-wide-4hosts-10gbit-open-seeds", 4, "auto", "auto (the default)", 3),
+    ("e2e-cnn-wide-4hosts-10gbit-warmup-rule-seeds", 4, "auto", "auto (the default)", 4),
     ("e2e-gpt-4hosts-10gbit-open-ftz-seeds", 4, "auto",
      "auto (the default); every process in flush-to-zero mode", 3),
     ("e2e-cnn-wide-4hosts-100mbit-warmup-rule-seeds", 4, "auto", "auto (the default)", 4),

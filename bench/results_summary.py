@@ -59,16 +59,16 @@ LINKS = [
     ]),
     ("1gbit", "1 Gbit/s", [
         ("e2e-cnn-4hosts-1gbit-owntime-seeds", "auto", "C++, auto"),
-        ("e2e-cnn-wide-4hosts-1gbit-clearloss-seeds", "auto", "C++, auto"),
+        ("e2e-cnn-wide-4hosts-1gbit-tie-rule-seeds", "auto", "C++, auto"),
         ("e2e-cnn-wide-4hosts-1gbit-hook-rule-seeds", "ddp:gradwire-auto",
          "Python hook, auto before issue 62"),
-        ("e2e-gpt-4hosts-1gbit-open-seeds", "auto", "C++, auto"),
+        ("e2e-gpt-4hosts-1gbit-warmup-rule-seeds", "auto", "C++, auto"),
         ("e2e-gpt-4hosts-1gbit-hook-adam-seeds", "ddp:gradwire-auto",
          "Python hook, auto before issue 62"),
     ]),
     ("10gbit", "10 Gbit/s", [
         ("e2e-cnn-4hosts-10gbit-3epochs-open-seeds", "auto", "C++, auto"),
-        ("e2e-cnn-wide-4hosts-10gbit-open-seeds", "auto", "C++, auto"),
+        ("e2e-cnn-wide-4hosts-10gbit-warmup-rule-seeds", "auto", "C++, auto"),
         ("e2e-gpt-4hosts-10gbit-open-ftz-seeds", "auto", "C++, auto, flush-to-zero"),
     ]),
 ]
