@@ -139,7 +139,9 @@ for _folder in ("e2e-gpt-4hosts-10mbit-sparseloco-tuning-seeds",
                 "e2e-gpt-4hosts-100mbit-hook-warmup-rule-seeds",
                 "e2e-gpt-4hosts-100mbit-warmup-rule-seeds",
                 "e2e-gpt-4hosts-1gbit-warmup-rule-seeds",
-                "e2e-gpt-4hosts-100mbit-seed1-ftz"):
+                "e2e-gpt-4hosts-100mbit-seed1-ftz",
+                "e2e-gpt-4hosts-100mbit-tuning-quality-seeds",
+                "e2e-gpt-4hosts-100mbit-tuning-trial-plans-seeds"):
     GENERATORS[_folder + "/crossing-steps.md"] = ["e2e/crossings.py", ".", "--steps"] + GPT_LOSSES
 # And cnn-wide's runs, each accuracy of CNN_WIDE_ACCURACIES.
 for _folder in ("e2e-cnn-wide-4hosts-100mbit-diloco-protocol-seeds",
@@ -221,6 +223,8 @@ LATE_QUALITY = {
     "e2e-gpt-4hosts-100mbit-warmup-rule-seeds": 288,
     "e2e-cnn-4hosts-100mbit-warmup-rule-seeds": 531,
     "e2e-gpt-4hosts-1gbit-warmup-rule-seeds": 288,
+    "e2e-gpt-4hosts-100mbit-tuning-quality-seeds": 288,
+    "e2e-gpt-4hosts-100mbit-tuning-trial-plans-seeds": 288,
 }
 for _folder, _from_step in LATE_QUALITY.items():
     GENERATORS[_folder + "/late_quality.md"] = ["e2e/late_quality.py", ".", str(_from_step)]
