@@ -22,6 +22,16 @@ std::vector<CodecPlan> four_plans() {
           make_codec_plan("powersgd", 8)};
 }
 
+// int8 (2) and PowerSGD (3) running, settled at 5 samples outside a critical regime with no
+// layout pending: the pair the model decides in the tests below.
+TrialVerdict settle_int8_and_powersgd(const TrialLimits& limits, const std::vector<double>& ms,
+                                      const std::vector<double>& noise,
+                                      const std::vector<double>& wait,
+                                      const std::vector<double>& predicted) {
+  return settle_trial(four_plans(), std::vector<size_t>{2, 3}, {}, ms, noise, wait, no_pending,
+                      predicted, 5, false, limits);
+}
+
 TEST(PlanTrialTest, PlansTakeTurnsAndAPlanNotAllowedWaitsForTheNextRound) {
   // Turn order powersgd (3), int8 (2), none (0); powersgd is held back in rounds 0 and 1 (a
   // dense start). int8 opens the trial: its warm-up, a lead-in and its first sample are
@@ -382,8 +392,7 @@ TEST(SettleTrialTest, AGapTheBudgetCannotResolveIsTheCostModelsToDecide) {
   // PowerSGD's step 520 + k (8 - 60) = 472.3, scored 505.4 against int8's 520: PowerSGD.
   const std::vector<double> ms = {0, 0, 520, 500}, noise = {0, 0, 15, 15},
                             predicted = {240, 120, 60, 8}, wait = {0, 0, 55, 9};
-  TrialVerdict v = settle_trial(plans, std::vector<size_t>{2, 3}, {}, ms, noise, wait, no_pending,
-                                predicted, 5, false, limits);
+  TrialVerdict v = settle_int8_and_powersgd(limits, ms, noise, wait, predicted);
   EXPECT_TRUE(v.finished);
   EXPECT_TRUE(v.by_model);
   EXPECT_EQ(v.choice, 3u);
@@ -457,12 +466,9 @@ TEST(SettleTrialTest, TheModelCountsAPlansOwnTimeWhereTheTrialResolvedIt) {
 // PowerSGD's time there). The penalty prices the quality the tie would protect: PowerSGD
 // (ChoosePlanTest: plans priced alike keep the tie).
 TEST(SettleTrialTest, BetweenPlansPricedApartTheSmallerScoreWinsWithoutATie) {
-  const auto plans = four_plans();
-  const TrialLimits limits{.min_samples = 5, .max_samples = 20, .penalty = 0.096};
-  const std::vector<double> ms = {184.1, 184.5, 147.8, 128.2}, noise = {0, 0, 5.6, 6.9},
-                            wait = {110.0, 149.2, 74.6, 52.3}, predicted = {105.1, 53.9, 28.3, 3.8};
-  TrialVerdict v = settle_trial(plans, std::vector<size_t>{2, 3}, {}, ms, noise, wait, no_pending,
-                                predicted, 5, false, limits);
+  const TrialVerdict v = settle_int8_and_powersgd(
+      {.min_samples = 5, .max_samples = 20, .penalty = 0.096}, {184.1, 184.5, 147.8, 128.2},
+      {0, 0, 5.6, 6.9}, {110.0, 149.2, 74.6, 52.3}, {105.1, 53.9, 28.3, 3.8});
   EXPECT_TRUE(v.finished);
   EXPECT_TRUE(v.by_model);
   EXPECT_EQ(v.unresolved, (std::vector<size_t>{2}));
