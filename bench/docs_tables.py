@@ -371,8 +371,8 @@ def results_page(root, files, template):
     results = os.path.join(root, "docs", "results")
     out = []
     with open(os.path.join(results, template)) as f:
-        template = f.read().splitlines(keepends=True)
-    for line in template:
+        lines = f.read().splitlines(keepends=True)
+    for line in lines:
         words = line.split()
         if len(words) != 2 or not words[0].startswith("@"):
             out.append(line)
